@@ -1,0 +1,89 @@
+"""Tolerance checks that say what went wrong: how many elements, the worst error, where."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+MAX_POSITIONS = 3
+
+
+@dataclass
+class CheckResult:
+    """Outcome of comparing outputs with the ground truth.
+
+    ``status`` is ``passed``, ``mismatch`` (values out of tolerance) or ``invalid``
+    (not a tensor, wrong shape, dtype or device).
+    """
+
+    status: str
+    reason: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def validate(name: str, out, ref: torch.Tensor) -> str | None:
+    """Why ``out`` cannot stand for ``ref`` (type, shape, dtype, device), or None."""
+    if type(out) is not torch.Tensor:  # subclasses could be lazy or lie about their data
+        return f"{name}: expected a torch.Tensor, got {type(out).__name__}"
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"{name}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    if out.dtype != ref.dtype:
+        return f"{name}: dtype {out.dtype}, expected {ref.dtype}"
+    if out.device.type != ref.device.type:
+        return f"{name}: on {out.device.type}, expected {ref.device.type}"
+    return None
+
+
+def _positions(mask: torch.Tensor) -> list[list[int]]:
+    idx = mask.nonzero()[:MAX_POSITIONS]
+    return [[int(i) for i in row] for row in idx.tolist()]
+
+
+def compare(name: str, out: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: float) -> CheckResult:
+    """Elementwise ``|out - ref| <= atol + rtol * |ref|``; NaN/inf must match the reference.
+
+    Errors are computed in float64 so the verdict does not depend on the dtype's rounding.
+    """
+    problem = validate(name, out, ref)
+    if problem:
+        return CheckResult("invalid", problem)
+    a = out.detach().to(torch.float64)
+    b = ref.detach().to(torch.float64)
+    finite_ref = torch.isfinite(b)
+    # Non-finite reference entries must be reproduced exactly (same inf sign, NaN where NaN).
+    nonfinite_ok = torch.where(finite_ref, torch.ones_like(finite_ref),
+                               (a == b) | (torch.isnan(a) & torch.isnan(b)))
+    diff = torch.where(finite_ref, (a - b).abs(), torch.zeros_like(a))
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    bad = (diff > atol + rtol * b.abs().where(finite_ref, torch.zeros_like(b))) | ~nonfinite_ok
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    rel = diff / b.abs().clamp_min(atol if atol > 0 else 1e-30)
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return CheckResult("passed", max_abs_err=max_abs, max_rel_err=max_rel)
+    n_nonfinite = int((~torch.isfinite(a) & finite_ref).sum())
+    where = ", ".join(str(p) for p in _positions(bad))
+    extra = f", {n_nonfinite} NaN/inf" if n_nonfinite else ""
+    reason = (f"{name}: {n_bad}/{bad.numel()} elements out of tolerance{extra} "
+              f"(max abs err {max_abs:.3g}, rtol={rtol:g} atol={atol:g}) at {where}")
+    return CheckResult("mismatch", reason, max_abs, max_rel,
+                       {"bad_elements": n_bad, "positions": _positions(bad)})
+
+
+def combine(results: list[CheckResult]) -> CheckResult:
+    """One verdict for several outputs: the first failure wins, errors are the worst seen."""
+    def worst(attr):
+        vals = [getattr(r, attr) for r in results if getattr(r, attr) is not None]
+        return max(vals) if vals else None
+
+    failed = [r for r in results if not r.passed]
+    first = failed[0] if failed else CheckResult("passed")
+    reason = first.reason + (f" (+{len(failed) - 1} more outputs failing)" if len(failed) > 1 else "")
+    return CheckResult(first.status, reason, worst("max_abs_err"), worst("max_rel_err"), first.details)
