@@ -1,0 +1,181 @@
+"""The command line: a thin layer over kbench's Python API."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from .errors import KbenchError
+from .report import markdown_report, text_report
+from .runner import Options, evaluate
+from .tasks import all_tasks, detect_task, get_task
+from .timing import StopRule
+
+
+class UsageProblem(click.ClickException):
+    """A user mistake: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
+def _default_device(requested: str) -> str:
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageProblem("--device cuda asked for, but no CUDA device is available")
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available():
+        return "cuda"
+    click.echo("kbench: no CUDA device: CPU mode (Triton interpreter, correctness only)", err=True)
+    return "cpu"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kbench")
+def cli():
+    """kbench: is this GPU kernel correct, and how fast is it against its baseline?
+
+    \b
+    Example:
+        kbench eval submissions/qknorm --suite quick --json runs/1.json
+    """
+
+
+@cli.command(name="list")
+def list_tasks():
+    """List the tasks and their suites with case counts.
+
+    \b
+    Example:
+        kbench list
+    """
+    rows = []
+    for name, task in all_tasks().items():
+        suites = ", ".join(f"{s.name} ({len(s.cases)})" for s in task.suites.values())
+        rows.append([name, suites, task.description])
+    click.echo(tabulate(rows, ["task", "suites (cases)", "description"], tablefmt="simple"))
+
+
+@cli.command()
+@click.argument("task_name", metavar="TASK")
+@click.option("--suite", default=None, help="Only this suite (default: all).")
+def show(task_name, suite):
+    """Show a task's suites and their cases.
+
+    \b
+    Example:
+        kbench show qknorm --suite full
+    """
+    try:
+        task = get_task(task_name)
+        suites = [task.suite(suite)] if suite else list(task.suites.values())
+    except KbenchError as exc:
+        raise UsageProblem(str(exc)) from None
+    for s in suites:
+        click.echo(f"{s.name}: {len(s.cases)} cases, devices {'/'.join(s.devices)}: {s.reason}")
+        keys = sorted({k for c in s.cases for k in c.params})
+        rows = [[c.name] + [c.params.get(k, "") for k in keys] for c in s.cases]
+        click.echo(tabulate(rows, ["case"] + keys, tablefmt="simple"))
+        click.echo()
+
+
+def _progress(quiet: bool):
+    if quiet or not sys.stderr.isatty():
+        return None
+    return lambda text: click.echo(f"\r\033[Kkbench: {text}", err=True, nl=False)
+
+
+@cli.command(name="eval")
+@click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--task", "task_name", help="Task name (default: from the folder name or entry points).")
+@click.option("--suite", help="Suite to run (default: quick on a GPU, smoke on CPU).")
+@click.option("--case", "only", multiple=True, help="Run only this case (repeatable).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--baseline", help="Baseline to compare with (default: the task's first; 'none' to skip).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON.")
+@click.option("--markdown", "md_path", type=click.Path(path_type=Path),
+              help="Write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).")
+@click.option("--min-speedup", type=float, help="Fail (exit 1) below this geometric-mean speedup.")
+@click.option("--seed", type=int, envvar="KBENCH_SEED",
+              help="Root seed: every case gets a hidden seed from it (catches hard-coded cases).")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds any one call (or batch of timed calls) may take.")
+@click.option("--noise", type=float, default=0.005, show_default=True,
+              help="Stop sampling a case once the median's relative standard error is below this.")
+@click.option("--budget", type=float, default=2.0, show_default=True, help="Seconds of timing per case.")
+@click.option("--min-samples", type=int, default=10, show_default=True)
+@click.option("--max-samples", type=int, default=1000, show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def eval_cmd(submissions, task_name, suite, only, device, baseline, json_path, md_path, min_speedup,
+             seed, timeout, noise, budget, min_samples, max_samples, quiet):
+    """Check a submission's outputs on every case of a suite and time it against the baseline.
+
+    Exit code 0 when every case passed (and the geomean speedup is at least
+    --min-speedup), 1 when a case failed, was flagged or fell short, 2 on a usage error.
+
+    \b
+    Example:
+        kbench eval submissions/qknorm --suite quick --json runs/12.json --min-speedup 1.2
+    """
+    for path in submissions:
+        if not path.exists():
+            raise UsageProblem(f"{path}: no such file or directory")
+    device = _default_device(device)
+    if device == "cpu":
+        budget, min_samples, max_samples = min(budget, 1.0), min(min_samples, 3), min(max_samples, 3)
+    runs = []
+    for path in submissions:
+        try:
+            task = get_task(task_name) if task_name else detect_task(path)
+            options = Options(suite=suite or ("quick" if device == "cuda" else "smoke"), device=device,
+                              only=only or None, baseline=baseline, timeout=timeout, seed=seed,
+                              stop=StopRule(noise=noise, min_samples=min_samples,
+                                            max_samples=max_samples, budget_s=budget),
+                              progress=_progress(quiet))
+            run = evaluate(task, path, options)
+        except KbenchError as exc:
+            raise UsageProblem(str(exc)) from None
+        if options.progress:
+            click.echo("\r\033[K", err=True, nl=False)
+        click.echo(text_report(run))
+        runs.append(run)
+    if len(runs) > 1:
+        click.echo("\n" + ranking(runs))
+    payload = runs[0] if len(runs) == 1 else {"runs": runs}
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(payload, indent=1))
+    if md_path:
+        with open(md_path, "a") as f:
+            f.write("\n".join(markdown_report(r) for r in runs))
+    sys.exit(max(exit_code(r, min_speedup) for r in runs))
+
+
+def ranking(runs: list[dict]) -> str:
+    order = sorted(runs, key=lambda r: (-(r["summary"]["passed"] == r["summary"]["total"]),
+                                        -(r["summary"]["geomean_speedup"] or 0)))
+    rows = [[i + 1, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}",
+             "-" if r["summary"]["geomean_speedup"] is None else f"{r['summary']['geomean_speedup']:.3f}x"]
+            for i, r in enumerate(order)]
+    return tabulate(rows, ["rank", "submission", "passed", "geomean speedup"], tablefmt="simple")
+
+
+def exit_code(run: dict, min_speedup: float | None) -> int:
+    s = run["summary"]
+    if s["passed"] < s["total"] or s["flagged"] or s.get("fatal"):
+        return 1
+    if min_speedup is not None:
+        g = s["geomean_speedup"]
+        if g is None or g < min_speedup:
+            click.echo(f"kbench: geomean speedup {g if g is not None else 'n/a'} is below "
+                       f"--min-speedup {min_speedup}", err=True)
+            return 1
+    return 0
+
+
+def main():
+    cli(prog_name="kbench")

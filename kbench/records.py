@@ -1,0 +1,109 @@
+"""JSON-ready records: one per case, one per run. Field names carry their units."""
+from __future__ import annotations
+
+import math
+import platform
+from datetime import datetime, timezone
+
+from . import __version__
+from .check import CheckResult
+
+STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout")
+
+
+def _r(x, digits=6):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else round(x, digits)
+
+
+def case_record(case, status: str, reason: str, check: CheckResult | None = None, *,
+                latency=None, wall=None, baseline=None, baseline_latency=None, flags=(),
+                baseline_failure=None) -> dict:
+    """A case's outcome. Invariant: a passed case has a latency; any other status has none."""
+    assert status in STATUSES, status
+    rec = {
+        "case": case.name, "params": dict(case.params), "status": status, "reason": reason,
+        "max_abs_err": _r(check.max_abs_err) if check else None,
+        "max_rel_err": _r(check.max_rel_err) if check else None,
+        "latency_ms": None, "latency_q1_ms": None, "latency_q3_ms": None,
+        "latency_ci95_ms": None, "noise": None, "samples": 0, "host_wall_ms": None,
+        "baseline": baseline, "baseline_latency_ms": None, "baseline_ci95_ms": None,
+        "baseline_samples": 0, "speedup": None, "flags": list(flags),
+        "baseline_problem": baseline_failure,
+    }
+    if status == "passed" and latency is not None:
+        rec.update(latency_ms=_r(latency.median), latency_q1_ms=_r(latency.q1),
+                   latency_q3_ms=_r(latency.q3), latency_ci95_ms=[_r(latency.ci_low), _r(latency.ci_high)],
+                   noise=_r(latency.noise, 5), samples=latency.n,
+                   host_wall_ms=_r(wall.median) if wall else None)
+        if baseline_latency is not None:
+            rec.update(baseline_latency_ms=_r(baseline_latency.median),
+                       baseline_ci95_ms=[_r(baseline_latency.ci_low), _r(baseline_latency.ci_high)],
+                       baseline_samples=baseline_latency.n,
+                       speedup=_r(baseline_latency.median / latency.median, 4))
+    return rec
+
+
+def geomean(xs) -> float | None:
+    xs = list(xs)
+    if not xs or any(x is None or x <= 0 for x in xs):
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def add_roofline(rec: dict, roof: dict, calibration: dict) -> None:
+    """Achieved bandwidth and flop rate, and the fraction of the card's measured limits."""
+    nbytes, flops = roof.get("bytes", 0), roof.get("flops", 0)
+    rec["bytes"], rec["flops"] = nbytes, flops
+    gbps, tflops = calibration.get("copy_gbps"), calibration.get("matmul_bf16_tflops")
+    floor_ms = max(nbytes / (gbps * 1e9) if gbps else 0.0,
+                   flops / (tflops * 1e12) if tflops and flops else 0.0) * 1e3
+    rec["roofline_ms"] = _r(floor_ms) if floor_ms else None
+    lat = rec["latency_ms"] if calibration.get("device") == "cuda" else None
+    rec["gbps"] = _r(nbytes / (lat * 1e-3) / 1e9, 2) if lat else None
+    rec["tflops"] = _r(flops / (lat * 1e-3) / 1e12, 2) if lat and flops else None
+    rec["pct_of_copy_bw"] = _r(100 * rec["gbps"] / gbps, 1) if lat and gbps else None
+    rec["roofline_fraction"] = _r(floor_ms / lat, 4) if lat and floor_ms else None
+    if lat and floor_ms and lat < 0.9 * floor_ms:
+        rec["flags"].append(f"faster than physically possible ({lat:.4g} ms < floor {floor_ms:.4g} ms): "
+                            "a bug or a cheat")
+
+
+def summarize_run(records: list[dict]) -> dict:
+    passed = sum(r["status"] == "passed" for r in records)
+    speedups = [r["speedup"] for r in records]
+    all_ok = passed == len(records) and records
+    return {
+        "passed": passed, "total": len(records),
+        "statuses": {s: sum(r["status"] == s for r in records) for s in STATUSES if any(r["status"] == s for r in records)},
+        # Over every case or not at all: a geomean of the passing cases would hide failures.
+        "geomean_speedup": _r(geomean(speedups), 4) if all_ok else None,
+        "flagged": sum(bool(r["flags"]) for r in records),
+    }
+
+
+def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
+               notes: list[str], fatal: str | None) -> dict:
+    roofline = getattr(task.module, "roofline", None)
+    if roofline is not None:
+        for rec in records:
+            add_roofline(rec, roofline(rec["params"]), calibration)
+    summary = summarize_run(records)
+    summary["fatal"] = fatal
+    native = getattr(task.module, "native_score", None)
+    summary["native"] = native(records, suite.name) if native and options.device == "cuda" else None
+    return {
+        "kbench_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "task": task.name, "suite": suite.name, "submission": submission,
+        "device": calibration, "host": {"python": platform.python_version(), "node": platform.node()},
+        "timing": {
+            "mode": "cuda-events" if options.device == "cuda" else "cpu-wall-clock",
+            "meaningful": options.device == "cuda",
+            "l2_flush": options.device == "cuda",
+            "noise_target": options.stop.noise, "min_samples": options.stop.min_samples,
+            "max_samples": options.stop.max_samples, "budget_s_per_case": options.stop.budget_s,
+            "root_seed": options.seed,
+        },
+        "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
+        "notes": notes, "cases": records, "summary": summary,
+    }

@@ -1,0 +1,331 @@
+"""Runs a suite: inputs and ground truth in this (trusted) process, submissions in workers.
+
+For each case: one checked call, a warm-up, then timed batches on fresh inputs with the
+baseline and the submission interleaved, every timed output checked, inputs checked
+unchanged, until the stopping rule is met.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import timing
+from .check import CheckResult
+from .errors import KbenchError
+from .records import case_record, run_record
+from .suites import Case
+from .tasks import Task, submission_file
+from .workers import Failure, WorkerProcess
+
+# How far the host clock around a device-wide synchronize may exceed the event time
+# before the call is taken to hide work (side stream, background thread).
+HIDDEN_WORK_RATIO = 1.5
+HIDDEN_WORK_SLACK_MS = 0.05
+
+
+@dataclass
+class Options:
+    suite: str = "quick"
+    device: str = "cuda"
+    only: tuple[str, ...] | None = None
+    baseline: str | None = None        # None = the task's first; "none" = no baseline
+    timeout: float = 120.0             # seconds for any one request to a worker
+    seed: int | None = None            # root seed: every case gets a hidden seed from it
+    stop: timing.StopRule = field(default_factory=timing.StopRule)
+    warmup_ms: float = 25.0
+    calibrate: bool = True
+    progress: object = None            # callable(str) for progress lines, or None
+
+
+def derive_seed(*parts) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (2**31 - 1)
+
+
+class _Target:
+    """A submission or baseline: its worker (restarted after failures) and its samples."""
+
+    def __init__(self, label: str, task: Task, path: Path, options: Options, flush: int):
+        self.label = label
+        self.task = task
+        self.path = path
+        self.options = options
+        self.flush = flush
+        self.worker: WorkerProcess | None = None
+        self.load_failure: Failure | None = None
+
+    def start(self) -> None:
+        self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
+                                    flush_bytes=self.flush,
+                                    interpret=self.options.device == "cpu",
+                                    timeout=self.options.timeout)
+        self.worker.start()
+
+    def ready(self, setup_cases: list[dict]) -> None:
+        self.load_failure = self.worker.wait_ready()
+        if self.load_failure is None:
+            reply = self.worker.request(("setup", setup_cases), what="running setup()")
+            if isinstance(reply, Failure):
+                self.load_failure = Failure(reply.status, f"setup failed: {reply.reason}")
+
+    def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
+        """Restart the worker if a failure stopped it; the load failure if it cannot load."""
+        if self.load_failure is None and not self.worker.alive:
+            self.worker.cleanup()
+            self.start()
+            self.ready(setup_cases)
+        return self.load_failure
+
+    def request(self, message, what: str):
+        reply = self.worker.request(message, what=what)
+        if isinstance(reply, Failure) and self.worker.alive:
+            self.worker.stop()  # a failed call may leave the process or CUDA context broken
+        return reply
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.cleanup()
+
+
+@dataclass
+class _Series:
+    events: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    parent_ms: float = 0.0      # the parent's clock around whole batch requests
+    history: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    done: str | None = None       # why sampling stopped
+    failed: str | None = None     # why this target's timing was abandoned
+    extra_threads: int = 0
+
+
+class Runner:
+    def __init__(self, task: Task, options: Options):
+        self.task = task
+        self.options = options
+        self.module = task.module
+        self.mutable = set(getattr(self.module, "MUTABLE_INPUTS", ()))
+        self.max_sets = int(getattr(self.module, "MAX_INPUT_SETS", 1 << 30))
+
+    def _say(self, text: str) -> None:
+        if self.options.progress:
+            self.options.progress(text)
+
+    # -- inputs ---------------------------------------------------------------------
+    def _params(self, case: Case, index: int = 0) -> dict:
+        params = dict(case.params)
+        base = case.seed if self.options.seed is None else derive_seed(self.options.seed, case.name)
+        params["seed"] = base if index == 0 else derive_seed(base, "timed", index)
+        return params
+
+    def _make(self, case: Case, index: int):
+        inputs = self.module.generate(self._params(case, index), self.options.device)
+        expected = self.module.reference(inputs)
+        pristine = {k: v.clone() for k, v in inputs.items()
+                    if isinstance(v, torch.Tensor) and k not in self.mutable}
+        return inputs, expected, pristine
+
+    def _changed_input(self, inputs: dict, pristine: dict) -> str | None:
+        for key, saved in pristine.items():
+            if not torch.equal(inputs[key], saved):
+                return key
+        return None
+
+    def _verdict(self, outputs, expected, inputs, pristine) -> CheckResult:
+        changed = self._changed_input(inputs, pristine)
+        if changed:
+            return CheckResult("invalid", f"the submission modified its input {changed!r}")
+        return self.module.check(tuple(outputs), tuple(expected), inputs)
+
+    # -- one case ---------------------------------------------------------------------
+    def run_case(self, case: Case, sub: _Target, base: _Target | None, setup_cases) -> dict:
+        failure = sub.ensure_running(setup_cases)
+        if failure:
+            return case_record(case, failure.status, failure.reason)
+        if base is not None and base.ensure_running(setup_cases):
+            base = None  # reported once, in the run's notes; the case still runs
+        inputs, expected, pristine = self._make(case, 0)
+        reply = sub.request(("check", [inputs]), "checking the first call")
+        if isinstance(reply, Failure):
+            return case_record(case, reply.status, reply.reason)
+        verdict = self._verdict(reply[1][0], expected, inputs, pristine)
+        del reply
+        if not verdict.passed:
+            sub.worker.stop()
+            return case_record(case, verdict.status, verdict.reason, verdict)
+        flags: list[str] = []
+        base_failure = None
+        if base is not None:
+            reply = base.request(("check", [inputs]), "checking the baseline")
+            bad = reply if isinstance(reply, Failure) else None
+            if bad is None:
+                check = self._verdict(reply[1][0], expected, inputs, pristine)
+                if not check.passed:
+                    bad = Failure(check.status, check.reason)
+            if bad is not None:
+                base_failure = f"baseline {base.label} {bad.status}: {bad.reason}"
+                base = None
+
+        targets = [t for t in (base, sub) if t is not None]
+        series = {id(t): _Series() for t in targets}
+        for target in targets:
+            reply = target.request(("warmup", [inputs], self.options.warmup_ms, 100), "warming up")
+            if isinstance(reply, Failure):
+                if target is sub:
+                    return case_record(case, reply.status, f"warm-up: {reply.reason}")
+                series[id(target)].failed = f"{reply.status}: {reply.reason}"
+        del inputs, expected, pristine
+
+        result = self._timed_loop(case, targets, series, sub)
+        if result is not None:
+            return result
+        return self._finish(case, verdict, sub, base, series, flags, base_failure)
+
+    def _timed_loop(self, case, targets, series, sub) -> dict | None:
+        """Timed batches, baseline then submission on the same fresh inputs, until both stop.
+
+        Returns a failure record for the submission, or None when its samples are in.
+        """
+        stop = self.options.stop
+        pool = None
+        index = 1
+        while True:
+            pending = [t for t in targets if series[id(t)].done is None and series[id(t)].failed is None]
+            if not pending:
+                return None
+            count = stop.next_batch(min(len(series[id(t)].events) for t in pending))
+            if self.max_sets < count:  # memory-heavy task: cycle through a fixed pool
+                if pool is None:
+                    pool = [self._make(case, i + 1) for i in range(self.max_sets)]
+                batch = [pool[(index + i) % len(pool)] for i in range(count)]
+            else:
+                batch = [self._make(case, index + i) for i in range(count)]
+            index += count
+            for target in pending:
+                s = series[id(target)]
+                t0 = time.perf_counter()
+                reply = target.request(("time", [b[0] for b in batch]), "timing")
+                wall = time.perf_counter() - t0
+                if isinstance(reply, Failure):
+                    if target is sub:
+                        return case_record(case, reply.status, f"timed call: {reply.reason}")
+                    s.failed = f"{reply.status}: {reply.reason}"
+                    continue
+                for i, (outputs, (inputs, expected, pristine)) in enumerate(zip(reply[1], batch)):
+                    check = self._verdict(outputs, expected, inputs, pristine)
+                    if not check.passed:
+                        reason = f"timed call {len(s.events) + i + 1}: {check.reason}"
+                        if target is sub:
+                            sub.worker.stop()
+                            return case_record(case, check.status, reason, check)
+                        s.failed = f"{check.status}: {reason}"
+                        break
+                if s.failed is None:
+                    s.events += [e for e, _ in reply[2]]
+                    s.walls += [w for _, w in reply[2]]
+                    s.parent_ms += wall * 1e3
+                    s.elapsed_s += wall
+                    s.extra_threads = max(s.extra_threads, reply[3]["extra_threads"])
+                    s.history.append(timing.summarize(s.events).noise)
+                    s.done = stop.verdict(s.events, s.elapsed_s, s.history)
+                del reply
+            del batch
+
+    def _finish(self, case, verdict, sub, base, series, flags, base_failure) -> dict:
+        s = series[id(sub)]
+        events, walls = timing.summarize(s.events), timing.summarize(s.walls)
+        latency = events
+        if self.options.device == "cuda" and walls.median > HIDDEN_WORK_RATIO * events.median + HIDDEN_WORK_SLACK_MS:
+            flags.append(f"host clock {walls.median:.4g} ms vs device events {events.median:.4g} ms: "
+                         "work outside the timed stream or after return; latency taken from the host clock")
+            latency = walls
+        if s.extra_threads > 0:
+            flags.append(f"submission left {s.extra_threads} Python thread(s) running")
+        b = series.get(id(base)) if base is not None else None
+        if b is not None and b.failed:
+            base_failure, b = f"baseline {base.label} {b.failed}", None
+        if b is not None and b.events and self.options.device == "cuda":
+            # The baseline runs the same worker code, so its batches give the harness's own
+            # per-call overhead; what remains of the submission's batches is its real time.
+            overhead = max(0.0, (b.parent_ms - sum(b.walls)) / len(b.walls))
+            implied = s.parent_ms / len(s.walls) - overhead
+            if sum(s.walls) > s.parent_ms or walls.median < 0.5 * implied - 0.02:
+                flags.append(f"reported times disagree with the parent's clock ({implied:.4g} ms per call): "
+                             "timer tampering?")
+                latency = timing.Summary(latency.n, implied, implied, implied, implied, implied)
+        base_summary = timing.summarize(b.events) if b is not None and b.events else None
+        return case_record(case, "passed", "", verdict, latency=latency, wall=walls,
+                           baseline=base.label if base_summary else None,
+                           baseline_latency=base_summary, flags=flags,
+                           baseline_failure=base_failure)
+
+    # -- the whole run ------------------------------------------------------------------
+    def run(self, submission: Path) -> dict:
+        options = self.options
+        suite = self.task.suite(options.suite)
+        if options.device not in suite.devices:
+            raise KbenchError(f"suite {suite.name!r} of {self.task.name} needs "
+                              f"{' or '.join(suite.devices)}; this run is on {options.device}")
+        from .suites import select_cases
+        cases = select_cases(suite, options.only)
+        path = submission_file(self.task, submission)
+        calibration = timing.calibrate(options.device) if options.calibrate else {"device": options.device}
+        flush = timing.flush_bytes(options.device)
+        base = self._baseline_target(flush)
+        sub = _Target(str(submission), self.task, path, options, flush)
+        setup_cases = [self._params(c) for c in cases]
+        notes = []
+        try:
+            for target in (sub, base):
+                if target is not None:
+                    target.start()
+            for target in (sub, base):
+                if target is not None:
+                    target.ready(setup_cases)
+            if base is not None and base.load_failure:
+                notes.append(f"baseline {base.label} unavailable: {base.load_failure.reason}")
+                base.close()
+                base = None
+            records = []
+            for i, case in enumerate(cases):
+                self._say(f"[{i + 1}/{len(cases)}] {case.name}")
+                records.append(self.run_case(case, sub, base, setup_cases))
+                if options.device == "cuda":
+                    torch.cuda.empty_cache()
+            fatal = None
+            if sub.load_failure is None and sub.ensure_running(setup_cases) is None:
+                reply = sub.request(("after_run",), "the end-of-run check")
+                if isinstance(reply, Failure):
+                    fatal = f"{reply.status}: {reply.reason}"
+        finally:
+            sub.close()
+            if base is not None:
+                base.close()
+        return run_record(self.task, suite, options, str(submission), calibration, records, notes, fatal)
+
+    def _baseline_target(self, flush: int) -> _Target | None:
+        if self.options.baseline == "none":
+            return None
+        available = self.task.baselines(self.options.device)
+        if self.options.baseline is not None:
+            if self.options.baseline not in getattr(self.module, "BASELINES", {}):
+                known = ", ".join(getattr(self.module, "BASELINES", {})) or "none"
+                raise KbenchError(f"unknown baseline {self.options.baseline!r} for {self.task.name} "
+                                  f"(known: {known})")
+            if self.options.baseline not in available:
+                raise KbenchError(f"baseline {self.options.baseline!r} cannot run on {self.options.device}")
+            name = self.options.baseline
+        elif available:
+            name = next(iter(available))
+        else:
+            return None
+        return _Target(f"{name}", self.task, available[name], self.options, flush)
+
+
+def evaluate(task: Task, submission: Path, options: Options) -> dict:
+    """Python API: evaluate one submission on one suite; returns the run's JSON-ready record."""
+    return Runner(task, options).run(Path(submission))

@@ -1,0 +1,119 @@
+"""Tasks: a case file plus trusted code under reference/<task>/. Nothing task-specific lives here."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+
+from .errors import KbenchError
+from .loader import data_dir, load_module
+from .suites import Suite, load_suites
+
+
+@dataclass
+class Task:
+    name: str
+    cases_path: Path
+    code_dir: Path
+
+    @property
+    def contract_path(self) -> Path:
+        return self.code_dir / "contract.py"
+
+    @cached_property
+    def module(self) -> ModuleType:
+        """Parent-side code: generator, ground truth, checker, baselines, score."""
+        return load_module(self.code_dir / "task.py", f"_kbench_task_{self.name}")
+
+    @cached_property
+    def contract(self) -> ModuleType:
+        """Worker-side code, loaded in the parent only to read its constants."""
+        return load_module(self.contract_path, f"_kbench_contract_{self.name}")
+
+    @cached_property
+    def suites(self) -> dict[str, Suite]:
+        return load_suites(self.cases_path)
+
+    @property
+    def description(self) -> str:
+        return getattr(self.module, "DESCRIPTION", "")
+
+    def suite(self, name: str) -> Suite:
+        if name not in self.suites:
+            known = ", ".join(self.suites)
+            raise KbenchError(f"unknown suite {name!r} for task {self.name} (known: {known})")
+        return self.suites[name]
+
+    def baselines(self, device: str) -> dict[str, Path]:
+        """Baselines that can run on ``device``, by name, first = the one speedups use."""
+        out = {}
+        for name, spec in getattr(self.module, "BASELINES", {}).items():
+            if device in spec.get("devices", ("cpu", "cuda")):
+                out[name] = self.code_dir / spec["path"]
+        return out
+
+
+def all_tasks(cases_dir: Path | None = None, reference_dir: Path | None = None) -> dict[str, Task]:
+    """Every task with both a case file and a reference folder holding contract.py and task.py."""
+    cases_dir = cases_dir or data_dir("cases")
+    reference_dir = reference_dir or data_dir("reference")
+    tasks = {}
+    for toml in sorted(cases_dir.glob("*.toml")):
+        code = reference_dir / toml.stem
+        if (code / "task.py").is_file() and (code / "contract.py").is_file():
+            tasks[toml.stem] = Task(toml.stem, toml, code)
+    return tasks
+
+
+def get_task(name: str, tasks: dict[str, Task] | None = None) -> Task:
+    tasks = all_tasks() if tasks is None else tasks
+    if name not in tasks:
+        raise KbenchError(f"unknown task {name!r} (known: {', '.join(tasks) or 'none'})")
+    return tasks[name]
+
+
+def submission_file(task: Task, path: Path) -> Path:
+    """The file to import: ``path`` itself, or the task's submission file inside the folder."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for name in task.contract.SUBMISSION_FILES:
+        if (path / name).is_file():
+            return path / name
+    wanted = " or ".join(task.contract.SUBMISSION_FILES)
+    raise KbenchError(f"{path}: no {wanted} for task {task.name}")
+
+
+def _top_level_names(path: Path) -> set[str]:
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def detect_task(path: Path, tasks: dict[str, Task] | None = None) -> Task:
+    """Tell the task from the folder's name, else from the entry points its files define.
+
+    The submission is read with ``ast``, never imported: the parent must not run its code.
+    """
+    tasks = all_tasks() if tasks is None else tasks
+    path = Path(path)
+    for candidate in (path.name, path.stem, path.parent.name if path.is_file() else None):
+        if candidate in tasks:
+            return tasks[candidate]
+    files = [path] if path.is_file() else sorted(path.glob("*.py"))
+    defined = set().union(*(_top_level_names(f) for f in files)) if files else set()
+    matches = [t for t in tasks.values() if defined & set(t.contract.ENTRY_POINTS)]
+    if len(matches) == 1:
+        return matches[0]
+    hint = f" (could be {', '.join(t.name for t in matches)})" if matches else ""
+    raise KbenchError(f"cannot tell the task of {path}{hint}: pass --task")

@@ -1,0 +1,194 @@
+"""The worker process: loads one submission (or baseline) and calls it on inputs from the parent.
+
+Everything here runs beside untrusted code, so nothing here decides a verdict: the
+worker only calls, times and hands back raw output tensors. The parent checks them.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from .channel import receive_trusted, send
+from .errors import ContractError
+
+# Captured before any submission code is imported, so later monkeypatching of these
+# names (time.perf_counter, torch.cuda.Event.elapsed_time, ...) does not reach the timer.
+_perf_counter = time.perf_counter
+
+
+def _one_line(exc: BaseException, target: Path | None = None) -> str:
+    text = str(exc).strip().splitlines()
+    msg = f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    if target is not None:  # point at the innermost frame inside the submission's folder
+        folder = str(target.parent)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder)]
+        if frames:
+            msg += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return msg[:400]
+
+
+def classify(exc: BaseException) -> str:
+    """Status of a failed call: a dead CUDA context is a crash, a broken contract is invalid."""
+    if isinstance(exc, ContractError):
+        return "invalid"
+    text = str(exc)
+    if "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text:
+        return "crash"
+    return "error"
+
+
+class _Runner:
+    def __init__(self, contract, entry, device: str, flush_bytes: int, target: Path):
+        import torch
+
+        self.torch = torch
+        self.contract = contract
+        self.entry = entry
+        self.device = device
+        self.target = target
+        self.flush_elems = flush_bytes // 4
+        self.cuda = device == "cuda"
+        if self.cuda:
+            self.sync = torch.cuda.synchronize
+            self.event = torch.cuda.Event
+            self.elapsed = torch.cuda.Event.elapsed_time
+        self.prepare = getattr(contract, "prepare", lambda inputs: inputs)
+        self.threads_at_start = {t.ident for t in threading.enumerate()}
+
+    def extra_threads(self) -> int:
+        """Python threads started since the submission was loaded, not counting the one
+        multiprocessing starts to hand file descriptors of shared CPU tensors to the parent."""
+        def ours(t):
+            target = getattr(t, "_target", None)
+            return getattr(target, "__module__", "") == "multiprocessing.resource_sharer"
+        return sum(1 for t in threading.enumerate() if t.ident not in self.threads_at_start and not ours(t))
+
+    def _call(self, inputs):
+        out = self.contract.call(self.entry, self.prepare(inputs))
+        return out
+
+    def _outputs(self, out):
+        if not isinstance(out, tuple):
+            raise ContractError(f"contract returned {type(out).__name__}, expected a tuple of tensors")
+        for i, t in enumerate(out):
+            if type(t) is not self.torch.Tensor:
+                raise ContractError(f"output {i} is {type(t).__name__}, not a torch.Tensor")
+        return out
+
+    def _poison_and_flush(self):
+        """Overwrite a buffer >= 2x L2 with NaN and free it: L2 holds no inputs, and freed
+        memory the submission's next allocation may reuse holds NaN, not old answers."""
+        scratch = self.torch.empty(self.flush_elems, device=self.device)
+        scratch.fill_(math.nan)
+        del scratch
+
+    def check(self, inputs_list):
+        outs = []
+        for inputs in inputs_list:
+            out = self._call(inputs)
+            if self.cuda:
+                self.sync()
+            outs.append(self._outputs(out))
+        return outs, None
+
+    def warmup(self, inputs_list, min_ms: float, max_calls: int):
+        start = _perf_counter()
+        calls = 0
+        while calls < max_calls:
+            self._call(inputs_list[calls % len(inputs_list)])
+            calls += 1
+            if self.cuda:
+                self.sync()
+            if calls >= 2 and (_perf_counter() - start) * 1e3 >= min_ms:
+                break
+        return None, None
+
+    def time(self, inputs_list):
+        outs, samples = [], []
+        for inputs in inputs_list:
+            args = self.prepare(inputs)
+            if self.cuda:
+                self._poison_and_flush()
+                start, end = self.event(enable_timing=True), self.event(enable_timing=True)
+                self.sync()
+                t0 = _perf_counter()
+                start.record()
+                out = self.contract.call(self.entry, args)
+                end.record()
+                self.sync()  # device-wide: work hidden on side streams is waited for here
+                t1 = _perf_counter()
+                samples.append((self.elapsed(start, end), (t1 - t0) * 1e3))
+            else:
+                t0 = _perf_counter()
+                out = self.contract.call(self.entry, args)
+                t1 = _perf_counter()
+                samples.append(((t1 - t0) * 1e3, (t1 - t0) * 1e3))
+            outs.append(self._outputs(out))
+        return outs, samples
+
+
+def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
+         flush_bytes: int, extra_paths: tuple[str, ...] = ()) -> None:
+    """Entry point of the spawned worker process."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    target = Path(target_path).resolve()
+    try:
+        import torch  # noqa: F401  (before the submission, so our captured names are the real ones)
+
+        from .loader import load_module
+
+        contract = load_module(Path(contract_path), "_kbench_contract")
+        compat = getattr(contract, "COMPAT_DIR", None)
+        paths = [str(target.parent)]
+        if compat:
+            paths.append(str((Path(contract_path).parent / compat).resolve()))
+        sys.path[:0] = paths + list(extra_paths)
+        entry = contract.load(target)
+        runner = _Runner(contract, entry, device, flush_bytes, target)
+    except BaseException as exc:  # noqa: BLE001 - any failure to load is reported, not raised
+        send(conn, ("failed", "invalid" if isinstance(exc, ContractError) else "error",
+                    "load failed: " + _one_line(exc, target)))
+        return
+    send(conn, ("ready", {"pid": os.getpid()}))
+
+    while True:
+        try:
+            message = receive_trusted(conn)
+        except EOFError:
+            return
+        kind = message[0]
+        if kind == "stop":
+            return
+        try:
+            if kind == "setup":
+                hook = getattr(contract, "setup", None)
+                if hook is not None:
+                    hook(entry, message[1], device)
+                reply = ("ok", None, None)
+            elif kind == "after_run":
+                hook = getattr(contract, "after_run", None)
+                if hook is not None:
+                    hook(entry)
+                reply = ("ok", None, None)
+            elif kind == "check":
+                reply = ("ok", *runner.check(message[1]))
+            elif kind == "warmup":
+                reply = ("ok", *runner.warmup(message[1], message[2], message[3]))
+            elif kind == "time":
+                reply = ("ok", *runner.time(message[1]))
+            else:
+                reply = ("failed", "error", f"unknown request {kind!r}")
+            reply = reply + ({"extra_threads": runner.extra_threads()},)
+        except BaseException as exc:  # noqa: BLE001
+            reply = ("failed", classify(exc), _one_line(exc, target))
+        send(conn, reply)
+        del reply

@@ -1,0 +1,182 @@
+"""Parent-side handle on a worker process: start it, ask it things with a deadline, kill it."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import worker
+from .channel import UnsafeReply, receive_untrusted, send
+
+_SPAWN = multiprocessing.get_context("spawn")
+LOG_TAIL_BYTES = 400
+
+
+@dataclass
+class Failure:
+    """A request that did not produce a reply: ``status`` is one of the closed case statuses."""
+
+    status: str
+    reason: str
+
+
+class WorkerProcess:
+    """One spawned worker holding one loaded submission or baseline."""
+
+    def __init__(self, contract_path: Path, target: Path, device: str, *, flush_bytes: int,
+                 interpret: bool, timeout: float):
+        self.contract_path = Path(contract_path)
+        self.target = Path(target)
+        self.device = device
+        self.flush_bytes = flush_bytes
+        self.interpret = interpret
+        self.timeout = timeout
+        self.process = None
+        self.conn = None
+        fd, self.log_path = tempfile.mkstemp(prefix="kbench-worker-", suffix=".log")
+        os.close(fd)
+
+    # -- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
+        saved = os.environ.get("TRITON_INTERPRET")
+        # The worker inherits the environment at spawn: Triton must see this before import.
+        if self.interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        else:
+            os.environ.pop("TRITON_INTERPRET", None)
+        try:
+            self.process = _SPAWN.Process(
+                target=worker.main, daemon=True,
+                args=(child_conn, str(self.contract_path), str(self.target), self.device,
+                      self.log_path, self.flush_bytes))
+            self.process.start()
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        child_conn.close()
+        self.conn = parent_conn
+
+    def wait_ready(self, timeout: float | None = None):
+        """The load reply: ``None`` when ready, else a Failure."""
+        reply = self._receive(timeout or self.timeout, "loading the submission")
+        if isinstance(reply, Failure):
+            return reply
+        if reply[0] == "ready":
+            return None
+        if reply[0] == "failed":
+            self.stop()
+            return Failure(reply[1], reply[2])
+        return Failure("invalid", f"unexpected worker reply {reply[0]!r}")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            try:
+                send(self.conn, ("stop",))
+            except (OSError, ValueError):
+                pass
+            self.process.join(2)
+        if self.process.is_alive():
+            self._kill()
+        self.process = None
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+    def _kill(self) -> None:
+        try:
+            os.kill(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, TypeError):
+            pass
+        self.process.join(5)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    # -- requests -----------------------------------------------------------------------
+    def request(self, message, timeout: float | None = None, what: str = "the call"):
+        """Send one request; the reply tuple, or a Failure (the worker is then stopped)."""
+        if not self.alive:
+            return Failure("crash", "worker is not running")
+        try:
+            send(self.conn, message)
+        except (OSError, ValueError) as exc:
+            failure = self._death_failure(f"worker gone ({exc})")
+            self.stop()
+            return failure
+        reply = self._receive(timeout or self.timeout, what)
+        if isinstance(reply, Failure):
+            return reply
+        if reply[0] == "failed":
+            return Failure(reply[1], reply[2])
+        if reply[0] != "ok":
+            self.stop()
+            return Failure("invalid", f"unexpected worker reply {reply[0]!r}")
+        return reply
+
+    def _receive(self, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.conn.poll(0.05):
+                try:
+                    return receive_untrusted(self.conn)
+                except UnsafeReply as exc:
+                    self.stop()
+                    return Failure("invalid", str(exc))
+                except (EOFError, OSError):
+                    failure = self._death_failure("worker closed its channel")
+                    self.stop()
+                    return failure
+            if not self.process.is_alive():
+                failure = self._death_failure("worker exited")
+                self.stop()
+                return failure
+            if time.monotonic() > deadline:
+                self._kill()
+                self.stop()
+                return Failure("timeout", f"no answer after {timeout:g} s while {what}")
+
+    def _death_failure(self, fallback: str) -> Failure:
+        self.process.join(1)
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            reason = f"worker killed by {name}"
+        elif code is not None:
+            reason = f"worker exited with code {code} mid-call"
+        else:
+            reason = fallback
+        tail = self.log_tail()
+        if tail:
+            reason += f"; last output: {tail}"
+        return Failure("crash", reason)
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                lines = f.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1][:200] if lines else ""

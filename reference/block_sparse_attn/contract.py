@@ -1,0 +1,153 @@
+"""How to load and call an attention-kernel-challenge submission. WORKER SIDE.
+
+The original's contract, unchanged: ``submission.py`` defines
+``block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens) -> (o, lse)`` and
+``VARIANT_MANIFEST`` (exactly one variant must match each case, else the run fails), and
+optionally ``setup()``, ``setup(suite_specs, device)`` or ``setup(suite_specs, device,
+variants)``, called once with canonical descriptors (one per shape key, never the real
+cases). Setup plus one warm-up call per descriptor must finish in 30 s, and no compile
+cache may change afterwards (checked by ``after_run``). Imports are limited to torch,
+triton, numpy, the standard library and the submission's own files; at most 128 files,
+suffixes .py .json .toml .txt .md, no symlinks.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbench.errors import ContractError
+from kbench.loader import load_module
+
+ENTRY_POINTS = ("block_sparse_attn_fwd", "VARIANT_MANIFEST")
+SUBMISSION_FILES = ("submission.py",)
+SETUP_BUDGET_S = 30.0
+_HERE = Path(__file__).resolve().parent
+
+
+def _sibling(stem: str):
+    path = _HERE / f"{stem}.py"
+    name = f"_kbench_block_sparse_attn_{stem}"
+    module = sys.modules.get(name)
+    if module is None or Path(getattr(module, "__file__", "")).resolve() != path:
+        module = load_module(path, name)
+    return module
+
+
+spec_mod = _sibling("spec")
+gen_mod = _sibling("generate")
+guard_mod = _sibling("guard")
+
+
+@dataclass
+class Entry:
+    fn: object
+    setup_fn: object
+    variants: tuple
+    root: Path
+    trusted: bool
+    cache: object
+    import_guard: object = None
+    setup_s: float | None = None
+    warmed: set = field(default_factory=set)
+
+
+def load(path: Path) -> Entry:
+    """Check the files and imports, point the compile caches at a private folder, import."""
+    path = Path(path).resolve()
+    if path.is_dir():
+        path = path / "submission.py"
+    if not path.is_file():
+        raise ContractError(f"no submission.py in {path.parent}")
+    root = path.parent
+    trusted = root == _HERE  # kbench's own baselines live next to this file
+    local = guard_mod.local_modules(str(root))
+    if not trusted:
+        try:
+            files = guard_mod.check_files(str(root))
+            guard_mod.check_imports(files, local)
+        except guard_mod.PolicyError as exc:
+            raise ContractError(str(exc)) from None
+    cache = guard_mod.CacheMonitor()
+    cache.install()
+    import_guard = None
+    if not trusted:
+        import_guard = guard_mod.ImportGuard(str(root), local)
+        import_guard.install()
+    name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
+    module = load_module(path, name)
+    fn = getattr(module, "block_sparse_attn_fwd", None)
+    if not callable(fn):
+        raise ContractError(f"{path.name} must define a callable block_sparse_attn_fwd")
+    setup_fn = getattr(module, "setup", None)
+    if setup_fn is not None:
+        if not callable(setup_fn):
+            raise ContractError("setup, if defined, must be callable")
+        n = len(inspect.signature(setup_fn).parameters)
+        if n not in (0, 2, 3):
+            raise ContractError("setup() must take no arguments, (suite_specs, device) or "
+                                "(suite_specs, device, variants)")
+    try:
+        variants = spec_mod.parse_manifest(getattr(module, "VARIANT_MANIFEST", None))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(str(exc)) from None
+    return Entry(fn, setup_fn, variants, root, trusted, cache, import_guard)
+
+
+def unload(entry: Entry) -> None:
+    """Undo load's process-wide changes (import hook, cache env vars): for tests."""
+    if entry.import_guard is not None:
+        entry.import_guard.remove()
+    entry.cache.remove()
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+
+
+def setup(entry: Entry, cases: list, device: str) -> None:
+    """Match variants, run the submission's setup on canonical descriptors, warm each up once."""
+    try:
+        specs = [spec_mod.spec_from_case(c) for c in cases]
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"bad case: {exc}") from None
+    for spec in specs:
+        try:
+            spec_mod.match_variant(spec, entry.variants)
+        except ValueError as exc:
+            raise ContractError(str(exc)) from None
+    descriptors = spec_mod.canonical_descriptors(specs)
+    start = time.perf_counter()
+    if entry.setup_fn is not None:
+        n = len(inspect.signature(entry.setup_fn).parameters)
+        args = {0: (), 2: (descriptors, device), 3: (descriptors, device, entry.variants)}[n]
+        entry.setup_fn(*args)
+    for desc in descriptors:
+        inputs = gen_mod.materialize(desc, device)
+        call(entry, inputs)
+        _sync(device)
+        del inputs
+    entry.setup_s = time.perf_counter() - start
+    if entry.setup_s > SETUP_BUDGET_S:
+        raise ContractError(f"setup plus warm-up took {entry.setup_s:.1f} s > {SETUP_BUDGET_S:.0f} s")
+    entry.cache.freeze()
+
+
+def call(entry: Entry, args: dict):
+    out = entry.fn(args["q"], args["k"], args["v"], args["row_ptr"], args["col_idx"], args["seq_lens"])
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ContractError(f"block_sparse_attn_fwd must return (o, lse), got {type(out).__name__}")
+    return tuple(out)
+
+
+def after_run(entry: Entry) -> None:
+    """Fail the run when a compile cache changed after setup (JIT during timing)."""
+    changed = entry.cache.changes()
+    if changed:
+        raise ContractError(f"compile cache changed after setup ({len(changed)} files, e.g. {changed[0]}): "
+                            "compile every kernel in setup()")

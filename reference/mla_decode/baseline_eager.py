@@ -1,0 +1,27 @@
+"""Baseline ``reference``: the original's eager PyTorch math (worker side).
+
+The original materialises per-head K and V for the whole context; at bs 128 and
+prefill 6144 that is over 100 GB, so this runs it a few sequences at a time (the
+same numbers; see tests/test_mla_decode.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+_key = "_kbench_mla_decode__load"
+if _key not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent / "_load.py")
+    sys.modules[_key] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules[_key])
+_model = sys.modules[_key].sibling("mla_model")
+
+
+@torch.no_grad()
+def custom_kernel(data):
+    config, x, kv_cache = data
+    chunk = _model.batch_chunk_for(config, kv_cache.seq_len + 1)
+    return _model.mla_forward(config, x, kv_cache, batch_chunk=chunk)

@@ -1,0 +1,49 @@
+"""``reference`` as an original GPU MODE mla-decode submission imports it.
+
+Gives the original's names (RoPE, KVCache, Config, MLA, generate_input, ref_kernel).
+Only code lives here: the worker never sees an expected output.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+_key = "_kbench_mla_decode__load"
+if _key not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent.parent / "_load.py")
+    sys.modules[_key] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules[_key])
+_model = sys.modules[_key].sibling("mla_model")
+
+RoPE = _model.RoPE
+KVCache = _model.KVCache
+Config = _model.Config
+
+
+class MLA(nn.Module):
+    """The original's module: five bias-free bf16 linears and the reference forward."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, x: torch.Tensor, kv_cache: KVCache):
+        return _model.mla_forward(self.config, x, kv_cache,
+                                  batch_chunk=_model.batch_chunk_for(self.config, kv_cache.seq_len + 1))
+
+
+def generate_input(batchsize, dim, dq, prefill, seed, **kwargs):
+    return _model.generate_input(batchsize, dim, dq, prefill, seed, **kwargs)
+
+
+def ref_kernel(data):
+    config, x, kv_cache = data
+    return MLA(config)(x, kv_cache)
+
+
+def check_implementation(data, output):
+    raise RuntimeError("kbench checks outputs in its own process; check_implementation is not available")

@@ -1,0 +1,69 @@
+"""qknorm, parent side: inputs, fp32 ground truth, tolerance, baselines, native score.
+
+Origin: Frontier-CS research/problems/qknorm (see the spec). Each head vector x becomes
+x / sqrt(mean(x^2) + eps) * w in fp32, rounded to the input dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kbench.check import combine, compare
+
+DESCRIPTION = "RMSNorm of q and k heads read in place from a fused QKV tensor (Frontier-CS)"
+EPS = 1e-6          # flashinfer's default; the original never passes it
+RTOL, ATOL = 1e-2, 5e-3
+BASELINES = {
+    "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",)},
+    "torch": {"path": "baseline_torch.py", "devices": ("cpu", "cuda")},
+}
+
+
+def generate(case: dict, device: str) -> dict:
+    """q and k as non-contiguous views of one fused QKV tensor; norm_weight = randn(D)."""
+    b, hq, hkv, d = case["batch"], case["num_qo_heads"], case["num_kv_heads"], case["head_dim"]
+    dtype = getattr(torch, case.get("dtype", "float16"))
+    seq = case.get("seq", 0)
+    gen = torch.Generator(device=device).manual_seed(case["seed"])
+    lead = (b, seq) if seq else (b,)
+    qkv = torch.randn(*lead, hq + 2 * hkv, d, generator=gen, device=device, dtype=dtype)
+    weight = torch.randn(d, generator=gen, device=device, dtype=dtype)
+    q = qkv[..., :hq, :]
+    k = qkv[..., hq:hq + hkv, :]
+    return {"qkv": qkv, "q": q, "k": k, "norm_weight": weight}
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
+
+
+def reference(inputs: dict):
+    return rmsnorm(inputs["q"], inputs["norm_weight"]), rmsnorm(inputs["k"], inputs["norm_weight"])
+
+
+def check(outputs, expected, inputs):
+    return combine([compare(name, out, ref, rtol=RTOL, atol=ATOL)
+                    for name, out, ref in zip(("q_out", "k_out"), outputs, expected)])
+
+
+def roofline(case: dict) -> dict:
+    """Read q and k once, write both outputs, read the weight."""
+    elt = torch.finfo(getattr(torch, case.get("dtype", "float16"))).bits // 8
+    rows = case["batch"] * max(case.get("seq", 0), 1) * (case["num_qo_heads"] + case["num_kv_heads"])
+    d = case["head_dim"]
+    return {"bytes": (2 * rows * d + d) * elt, "flops": 4 * rows * d}
+
+
+def native_score(results: list[dict], suite: str) -> dict:
+    """Frontier-CS: 100 x geomean(baseline_ms / answer_ms), clamped to [0, 100]; 0 if any case fails."""
+    speedups = [r["speedup"] for r in results]
+    if any(r.get("baseline") not in (None, "flashinfer") for r in results):
+        return {"score": None, "score_unbounded": None, "note": "needs the flashinfer baseline"}
+    if any(r["status"] != "passed" for r in results):
+        return {"score": 0.0, "score_unbounded": 0.0}
+    if any(s is None or s <= 0 for s in speedups) or not speedups:
+        return {"score": None, "score_unbounded": None}
+    unbounded = 100 * math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    return {"score": round(min(max(unbounded, 0.0), 100.0), 3), "score_unbounded": round(unbounded, 3)}
