@@ -46,10 +46,15 @@ def build_block_mask(row_ptr, col_idx, seq_lens, t_max):
                               torch.cat([diag, torch.zeros_like(listed[..., 1:])], dim=-1))
     partial_num = torch.where(is_last, count, (count > 0).long())
     full_num = torch.where(is_last, torch.zeros_like(count), (count - 1).clamp(min=0))
+    # The listed blocks as a dense (B, H, n, n) table, so the mask_mod alone is also right
+    # where the block lists are not used (eager flex on CPU evaluates it everywhere).
+    in_row = torch.arange(n, device=row_ptr.device) < count[..., None]
+    table = torch.zeros_like(listed).scatter_add_(3, listed, in_row.long()) > 0
     lens = seq_lens
 
     def mask_mod(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (q_idx < lens[b]) & (kv_idx < lens[b])
+        return ((kv_idx <= q_idx) & (q_idx < lens[b]) & (kv_idx < lens[b])
+                & table[b, h, q_idx // BLOCK, kv_idx // BLOCK])
 
     return BlockMask.from_kv_blocks(
         partial_num.int(), partial_idx.int(), full_num.int(), listed.int(),
@@ -58,10 +63,13 @@ def build_block_mask(row_ptr, col_idx, seq_lens, t_max):
 
 def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
     mask = build_block_mask(row_ptr, col_idx, seq_lens, q.shape[2])
-    fn = _flex() if q.is_cuda else flex_attention
+    if q.is_cuda:
+        fn = _flex()
+    else:  # eager flex on CPU computes in the input dtype: upcast (correctness only)
+        fn, q, k, v = flex_attention, q.float(), k.float(), v.float()
     if AuxRequest is not None:
         o, aux = fn(q, k, v, block_mask=mask, return_aux=AuxRequest(lse=True))
         lse = aux.lse
     else:
         o, lse = fn(q, k, v, block_mask=mask, return_lse=True)
-    return o, lse.float()
+    return o.to(torch.bfloat16), lse.float()
