@@ -25,6 +25,7 @@ if _key not in sys.modules:
 _model = sys.modules[_key].sibling("mla_model")
 
 PAGE = 64
+CONTIGUOUS_CKV = False  # True: copy the ckv pages out of the interleaved buffer each call
 _state: dict = {}
 
 
@@ -83,6 +84,8 @@ def custom_kernel(data):
     kpe = torch.empty(bs, max_seq, rope, dtype=buf.dtype, device=buf.device)
     kpe[:, :kv_len] = _rotate(buf[:, :kv_len, r:], cos, sin)
     ckv = buf.view(bs * (max_seq // PAGE), PAGE, r + rope)[..., :r]
+    if CONTIGUOUS_CKV:
+        ckv = ckv.contiguous()
     wrapper = _wrapper(x.device, bs, kv_len, max_seq, H, r, rope, 1.0 / math.sqrt(nope + rope))
     o = wrapper.run(q_lat.contiguous(), q_pe.contiguous(), ckv,
                     kpe.view(bs * (max_seq // PAGE), PAGE, rope))          # (bs, H, r)

@@ -141,6 +141,10 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
     tl.store(o_ptr + b * s_o_b + h * s_o_h + offs_r, out.to(tl.bfloat16))
 
 
+# Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md).
+CONFIG = {"block_n": 32, "num_warps": 8, "num_stages": 2}
+
+
 def _n_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -160,7 +164,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     assert q_lat.stride(-1) == 1 and q.stride(-1) == 1 and kv.stride(-1) == 1
     assert R & (R - 1) == 0 and rope & (rope - 1) == 0, "latent and rope widths must be powers of two"
     block_h = 64 if H >= 64 else max(16, triton.next_power_of_2(H))
-    block_n = 32
+    block_n = CONFIG["block_n"]
     groups = triton.cdiv(H, block_h)
     tiles = triton.cdiv(kv_len, block_n)
     splits = max(1, min(triton.cdiv(_n_sms(kv.device), bs * groups), triton.cdiv(tiles, 4), 16))
@@ -182,7 +186,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         opart.stride(2) if splits > 1 else 0,
         lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
         NOPE=nope, R=R, HALF=rope // 2, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
-        DOT_F32=_INTERPRET, num_warps=8, num_stages=2,
+        DOT_F32=_INTERPRET, num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
     )
     if splits > 1:
         _merge_splits_kernel[(bs, H)](
