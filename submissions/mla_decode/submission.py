@@ -47,10 +47,15 @@ def _mla_attn_kernel(
     H, kv_len, tiles_per_split, sm_scale,
     s_ql_h, s_ql_b, s_q_b, s_q_h, s_kv_b, s_kv_n,
     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
-    NOPE: tl.constexpr, R: tl.constexpr, HALF: tl.constexpr,
+    NOPE: tl.constexpr, R: tl.constexpr, HALF: tl.constexpr, V_SPLIT: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    pid_h = tl.program_id(0)
+    # V_SPLIT programs share a head block, each accumulating R // V_SPLIT output columns
+    # (fewer registers per program; the scores are computed by each of them).
+    RV: tl.constexpr = R // V_SPLIT
+    pid_h = tl.program_id(0) // V_SPLIT
+    v0 = (tl.program_id(0) % V_SPLIT) * RV
+    offs_v = v0 + tl.arange(0, RV)
     b = tl.program_id(1)
     split = tl.program_id(2)
     heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -76,7 +81,7 @@ def _mla_attn_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # softmax in base 2
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, R], tl.float32)
+    acc = tl.zeros([BLOCK_H, RV], tl.float32)
 
     n_start = split * tiles_per_split * BLOCK_N
     n_end = tl.minimum(n_start + tiles_per_split * BLOCK_N, kv_len)
@@ -90,8 +95,13 @@ def _mla_attn_kernel(
         kb = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + HALF + offs_half[None, :],
                      mask=nmask[:, None], other=0.0).to(tl.float32)
         ka, kb = _rope_half_pair(ka, kb, offs_n[:, None], theta[None, :])
+        if V_SPLIT == 1:
+            cv = c
+        else:
+            cv = tl.load(kv_base + offs_n[:, None] * s_kv_n + offs_v[None, :], mask=nmask[:, None], other=0.0)
         if DOT_F32:
             c = c.to(tl.float32)
+            cv = cv.to(tl.float32)
         else:
             ka = ka.to(tl.bfloat16)
             kb = kb.to(tl.bfloat16)
@@ -104,21 +114,21 @@ def _mla_attn_kernel(
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if DOT_F32:
-            acc = acc * alpha[:, None] + tl.dot(p, c)
+            acc = acc * alpha[:, None] + tl.dot(p, cv)
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), c)
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), cv)
         m_i = m_new
 
     if SPLIT:
         # Empty splits leave l == 0: write -inf so the merge gives them no weight.
         lse = tl.where(l_i > 0, m_i + tl.log2(tl.maximum(l_i, 1e-30)), float("-inf"))
         out = acc / tl.maximum(l_i, 1e-30)[:, None]
-        tl.store(opart_ptr + split * s_op_s + b * s_op_b + heads[:, None] * s_op_h + offs_r[None, :],
+        tl.store(opart_ptr + split * s_op_s + b * s_op_b + heads[:, None] * s_op_h + offs_v[None, :],
                  out, mask=hmask[:, None])
-        tl.store(lse_ptr + split * s_lse_s + b * s_lse_b + heads, lse, mask=hmask)
+        tl.store(lse_ptr + split * s_lse_s + b * s_lse_b + heads, lse, mask=hmask & (v0 == 0))
     else:
         out = acc / l_i[:, None]
-        tl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_r[None, :],
+        tl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_v[None, :],
                  out.to(tl.bfloat16), mask=hmask[:, None])
 
 
@@ -142,7 +152,8 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
 
 
 # Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md).
-CONFIG = {"block_n": 32, "num_warps": 8, "num_stages": 2}
+CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2}
+_THETA: dict = {}
 
 
 def _n_sms(device: torch.device) -> int:
@@ -152,8 +163,11 @@ def _n_sms(device: torch.device) -> int:
 
 
 def _theta(half: int, device) -> torch.Tensor:
-    """The original RoPE's theta, computed in bf16 as it does, returned as fp32."""
-    return (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
+    """The original RoPE's theta, computed in bf16 on the CPU as it does, as fp32 (a constant: cached)."""
+    key = (half, str(device))
+    if key not in _THETA:
+        _THETA[key] = (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
+    return _THETA[key]
 
 
 def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len: int,
@@ -163,7 +177,8 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     rope = kv.shape[-1] - R
     assert q_lat.stride(-1) == 1 and q.stride(-1) == 1 and kv.stride(-1) == 1
     assert R & (R - 1) == 0 and rope & (rope - 1) == 0, "latent and rope widths must be powers of two"
-    block_h = 64 if H >= 64 else max(16, triton.next_power_of_2(H))
+    block_h = min(CONFIG["block_h"], max(16, triton.next_power_of_2(H)))
+    v_split = CONFIG["v_split"] if R // CONFIG["v_split"] >= 16 else 1
     block_n = CONFIG["block_n"]
     groups = triton.cdiv(H, block_h)
     tiles = triton.cdiv(kv_len, block_n)
@@ -177,7 +192,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
-    _mla_attn_kernel[(groups, bs, splits)](
+    _mla_attn_kernel[(groups * v_split, bs, splits)](
         q_lat, q, kv, theta, o, opart, lse,
         H, kv_len, tiles_per_split, sm_scale,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
@@ -185,7 +200,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         opart.stride(0) if splits > 1 else 0, opart.stride(1) if splits > 1 else 0,
         opart.stride(2) if splits > 1 else 0,
         lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
-        NOPE=nope, R=R, HALF=rope // 2, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
+        NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
         DOT_F32=_INTERPRET, num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
     )
     if splits > 1:
