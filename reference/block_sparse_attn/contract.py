@@ -77,6 +77,8 @@ def load(path: Path) -> Entry:
     if not trusted:
         import_guard = guard_mod.ImportGuard(str(root), local)
         import_guard.install()
+    if str(root) not in sys.path:  # kbench's worker already put it there; direct callers may not
+        sys.path.insert(0, str(root))
     name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
     module = load_module(path, name)
     fn = getattr(module, "block_sparse_attn_fwd", None)

@@ -1,0 +1,442 @@
+"""block_sparse_attn: cases, seeds, ground truth, checker, contract, policy, bundled kernel (CPU)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kbench.errors import ContractError
+from kbench.loader import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / "reference" / "block_sparse_attn"
+FIXTURES = ROOT / "tests" / "fixtures" / "block_sparse_attn"
+SUBMISSION = ROOT / "submissions" / "block_sparse_attn" / "submission.py"
+ARGS = ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")
+
+task = load_module(REF / "task.py", "_kbench_task_block_sparse_attn")
+contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
+spec_mod = task.spec_mod
+SUITES = tomllib.loads((ROOT / "cases" / "block_sparse_attn.toml").read_text())["suites"]
+
+
+def case(suite: str, name: str) -> dict:
+    return next(c for c in SUITES[suite]["cases"] if c["name"] == name)
+
+
+def digest(inputs: dict) -> str:
+    h = hashlib.sha256()
+    for key in ARGS:
+        h.update(inputs[key].contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture
+def loaded():
+    """contract.load, undone afterwards (import hook, cache env vars)."""
+    entries = []
+
+    def _load(path, interpret=False):
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        entries.append(contract.load(Path(path)))
+        return entries[-1]
+
+    saved = os.environ.get("TRITON_INTERPRET")
+    yield _load
+    for entry in entries:
+        contract.unload(entry)
+    if saved is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = saved
+
+
+# -- cases and seeds ---------------------------------------------------------------------
+def test_suites_are_the_originals():
+    sizes = {name: len(s["cases"]) for name, s in SUITES.items()}
+    assert sizes == {"smoke": 3, "local-dev": 6, "quick": 3, "full": 9, "broad": 9}
+    full = [(c["window_blocks"], c["global_blocks"], c["retrieval_blocks"], c["retrieval_local_bias"],
+             c["seq_len_min_ratio"]) for c in SUITES["full"]["cases"]]
+    assert full == [(4, 0, 0, 0.7, 0.625), (6, 0, 0, 0.7, 0.75), (8, 0, 0, 0.7, 1.0),
+                    (4, 1, 0, 0.7, 0.625), (5, 2, 0, 0.7, 0.75), (7, 4, 0, 0.7, 1.0),
+                    (4, 0, 2, 0.8, 0.625), (5, 0, 3, 0.5, 0.75), (7, 0, 4, 0.2, 1.0)]
+    for c in SUITES["smoke"]["cases"] + SUITES["local-dev"]["cases"]:
+        spec_mod.spec_from_case(c)  # every key is a CaseSpec field
+
+
+def _sha_seed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % (2**31 - 1)
+
+
+def test_stored_public_seeds_follow_the_sha256_rule():
+    for suite in ("quick", "full", "broad"):
+        root = _sha_seed(f"local-public-sample:{suite}")
+        assert spec_mod.root_seed(suite, {}) == root
+        for c in SUITES[suite]["cases"]:
+            assert c["case_id"] == c["name"] and c["public_suite"] == suite
+            assert c["seed"] == _sha_seed(f"{root}:{suite}:{c['name']}")
+
+
+def test_root_seed_env_var(monkeypatch):
+    assert spec_mod.root_seed("quick", {spec_mod.ROOT_SEED_ENV: "1234"}) == 1234
+    assert spec_mod.root_seed("quick", {spec_mod.ROOT_SEED_ENV: "hidden"}) == _sha_seed("hidden")
+    c = case("quick", "quick-window-1")
+    assert task.case_spec(c).seed == c["seed"]
+    monkeypatch.setenv(spec_mod.ROOT_SEED_ENV, "1234")
+    assert task.case_spec(c).seed == _sha_seed("1234:quick:quick-window-1")
+    fresh = dict(c, seed=99)  # a fresh seed kbench passes for a timed call stays as it is
+    assert task.case_spec(fresh).seed == 99
+    assert task.case_spec(case("smoke", "smoke-window-1")).seed == 11
+
+
+def test_measure_seed_derivation():
+    assert spec_mod.derived_seed(11, "measure:0") == _sha_seed("11:measure:0")
+
+
+def test_seq_lens_by_the_rules():
+    for c in SUITES["smoke"]["cases"] + SUITES["local-dev"]["cases"]:
+        spec = task.case_spec(c)
+        lens = task.gen_mod.sample_seq_lens(spec)
+        lo = max(128, int(spec.t_max * spec.seq_len_min_ratio))
+        rng = np.random.default_rng(spec.seed ^ 0xABCDEF)
+        assert lens.dtype == np.int32
+        assert lens.tolist() == rng.integers(lo, spec.t_max + 1, size=spec.batch_size, dtype=np.int32).tolist()
+    spec = spec_mod.CaseSpec("x", "sliding_window", 3, 1, 512, 2, seq_len_min_ratio=1.0, seed=5)
+    assert task.gen_mod.sample_seq_lens(spec).tolist() == [512, 512, 512]
+
+
+@pytest.mark.parametrize("name, seq_lens, row_ptr, col_idx", [
+    # window 2, seq 228 -> 2 valid blocks: rows {0}, {0,1}
+    ("smoke-window-1", [228], [0, 1, 3], [0, 0, 1]),
+    # window 2 + global block 0, seq 337 -> 3 valid blocks
+    ("smoke-global-1", [337], [0, 1, 3, 6], [0, 0, 1, 0, 1, 2]),
+    # window 2, 2 retrievals, seq 372 -> 3 valid blocks; row 2's local pool is {0} (far empty),
+    # so the pick is forced; row 3 is padding
+    ("smoke-retrieval-1", [372], [0, 1, 3, 6, 6], [0, 0, 1, 0, 1, 2]),
+])
+def test_csr_by_hand_smoke(name, seq_lens, row_ptr, col_idx):
+    inputs = task.generate(case("smoke", name), "cpu")
+    assert inputs["seq_lens"].tolist() == seq_lens
+    for h in range(2):
+        assert inputs["row_ptr"][0, h].tolist() == row_ptr
+        assert inputs["col_idx"][0, h].tolist() == col_idx
+    assert all(inputs[k].dtype == torch.int32 for k in ("row_ptr", "col_idx", "seq_lens"))
+
+
+def test_csr_by_hand_local_dev():
+    # global: window 4 plus blocks {0, 1}; seq 628 -> all 5 blocks of t_max 640 valid
+    g = task.generate(case("local-dev", "local-global-1"), "cpu")
+    assert g["row_ptr"][0, 0].tolist() == [0, 1, 3, 6, 10, 15]
+    assert g["col_idx"][0, 0].tolist() == [0, 0, 1, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4]
+    # retrieval (w3, r2), seq 711 -> 6 valid blocks: rows 3 and 4 take their whole local pools
+    # ({0} and {0, 1}); row 5 picks 2 of {0, 1, 2} with its head's generator
+    r = task.generate(case("local-dev", "local-retrieval-1"), "cpu")
+    assert r["seq_lens"].tolist() == [711]
+    assert r["row_ptr"][0, 0].tolist() == [0, 1, 3, 6, 10, 15, 20]
+    assert r["col_idx"][0, 0].tolist()[:15] == [0, 0, 1, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4]
+    row5 = r["col_idx"][0, 0].tolist()[15:20]
+    assert row5[2:] == [3, 4, 5] and set(row5[:2]) < {0, 1, 2}
+    # replay head 0's generator: rows 0-2 have empty pools (no draws); row 3 picks from [0];
+    # row 4 takes [0, 1] in two draws; row 5 draws two of [0, 1, 2] (far pool empty, so no
+    # random() calls anywhere)
+    head_seed = int(np.random.default_rng(301).integers(0, 2**31 - 1))
+    rng = np.random.default_rng(head_seed)
+    for pool_start in ([0], [0, 1], [0, 1, 2]):
+        pool, picks = list(pool_start), []
+        while len(picks) < min(2, len(pool_start)):
+            block = int(rng.choice(pool))
+            picks.append(block)
+            pool.remove(block)
+    assert row5[:2] == sorted(picks)
+
+
+GOLDEN = {  # sha256 of q, k, v, row_ptr, col_idx, seq_lens bytes (regression pins)
+    ("smoke", "smoke-window-1"): "34d53334d1714ecd",
+    ("smoke", "smoke-global-1"): "2bb2c3859b946c08",
+    ("smoke", "smoke-retrieval-1"): "f3c5586e0e6bb2ba",
+    ("local-dev", "local-retrieval-2"): "af3d36495ed556f6",
+    ("quick", "quick-retrieval-1"): "86b8f8ccf6a9e27a",
+}
+
+
+@pytest.mark.parametrize("suite, name", sorted(GOLDEN))
+def test_inputs_pinned(suite, name):
+    inputs = task.generate(case(suite, name), "cpu")
+    assert digest(inputs) == GOLDEN[suite, name]
+
+
+def test_qkv_are_three_bf16_draws_of_one_generator():
+    inputs = task.generate(case("smoke", "smoke-window-1"), "cpu")
+    gen = torch.Generator().manual_seed(11)
+    for key in ("q", "k", "v"):
+        expected = torch.randn((1, 2, 256, 128), generator=gen, dtype=torch.float32).to(torch.bfloat16)
+        assert torch.equal(inputs[key], expected)
+
+
+# -- ground truth and checker -------------------------------------------------------------
+def dense_reference(q, k, v, row_ptr, col_idx, seq_lens):
+    """Token-level mask from the CSR lists, then a plain float64 softmax per (b, h)."""
+    B, H, T, D = q.shape
+    o = torch.zeros(B, H, T, D, dtype=torch.float64)
+    lse = torch.full((B, H, T), -math.inf, dtype=torch.float64)
+    tok = torch.arange(T)
+    for b in range(B):
+        n = int(seq_lens[b])
+        for h in range(H):
+            allow = torch.zeros(T, T, dtype=torch.bool)
+            for qb in range(T // 128):
+                for j in range(int(row_ptr[b, h, qb]), int(row_ptr[b, h, qb + 1])):
+                    kb = int(col_idx[b, h, j])
+                    allow[qb * 128:(qb + 1) * 128, kb * 128:(kb + 1) * 128] = True
+            allow &= (tok[None, :] <= tok[:, None]) & (tok[:, None] < n) & (tok[None, :] < n)
+            s = (q[b, h].double() @ k[b, h].double().T) / math.sqrt(D)
+            s = s.masked_fill(~allow, -math.inf)
+            rows = allow.any(1)
+            lse[b, h, rows] = torch.logsumexp(s[rows], dim=-1)
+            o[b, h, rows] = torch.softmax(s[rows], dim=-1) @ v[b, h].double()
+    return o.to(torch.bfloat16), lse.float()
+
+
+@pytest.mark.parametrize("c", SUITES["smoke"]["cases"] + SUITES["local-dev"]["cases"][:3],
+                         ids=lambda c: c["name"])
+def test_reference_matches_dense(c):
+    inputs = task.generate(c, "cpu")
+    o, lse = task.reference(inputs)
+    d_o, d_lse = dense_reference(*[inputs[a] for a in ARGS])
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert torch.equal(torch.isinf(lse), torch.isinf(d_lse))
+    fin = torch.isfinite(lse)
+    assert (lse[fin] - d_lse[fin]).abs().max() < 2e-6
+    assert (o.float() - d_o.float()).abs().max() <= 2 ** -7 * d_o.float().abs().max()
+    n = int(inputs["seq_lens"][0])
+    assert torch.all(o[0, :, n:] == 0) and torch.all(lse[0, :, n:] == -math.inf)
+    assert task.check((d_o, d_lse), (o, lse), inputs).passed
+
+
+def test_check_catches_wrong_outputs():
+    inputs = task.generate(case("smoke", "smoke-global-1"), "cpu")
+    o, lse = task.reference(inputs)
+    assert task.check((o, lse), (o, lse), inputs).passed
+    bad = lse.clone()
+    bad[0, 0, 5] += 1e-3
+    assert task.check((o, bad), (o, lse), inputs).status == "mismatch"
+    padded = lse.clone()
+    padded[0, 0, -1] = 0.0  # a padded row must stay -inf
+    assert not task.check((o, padded), (o, lse), inputs).passed
+    o_bad = o.clone()
+    o_bad[0, 1, -1, 0] = 0.5  # padded rows of o must be 0
+    assert not task.check((o_bad, lse), (o, lse), inputs).passed
+    assert task.check((o.float(), lse), (o, lse), inputs).status == "invalid"
+
+
+def test_native_score_is_family_geomean_of_medians():
+    def rec(name, family, ms, status="passed"):
+        return {"name": name, "status": status, "latency_ms": ms, "params": {"family": family}}
+    rows = [rec("a", "sliding_window", 1.0), rec("b", "sliding_window", 3.0), rec("c", "sliding_window", 2.0),
+            rec("d", "sliding_window_global", 4.0),
+            rec("e", "sliding_window_retrieval", 8.0), rec("f", "sliding_window_retrieval", 9.0)]
+    score = task.native_score(rows, "full")
+    assert score["valid"] and score["value"] == pytest.approx((2.0 * 4.0 * 8.5) ** (1 / 3))
+    assert score["worst_family_latency_ms"] == 8.5
+    rows[3] = rec("d", "sliding_window_global", None, status="mismatch")
+    assert task.native_score(rows, "full")["value"] is None
+
+
+def test_roofline_counts_causal_pairs():
+    # smoke-window-1: seq 228 -> block 0: 128 rows causal; block 1: 100 rows x 128 + 100 causal
+    pairs = 2 * (128 * 129 // 2 + 100 * 128 + 100 * 101 // 2)
+    assert task.roofline(case("smoke", "smoke-window-1"))["flops"] == 4 * 128 * pairs
+
+
+# -- contract and policy -------------------------------------------------------------------
+def run_cases(entry, cases, device="cpu"):
+    contract.setup(entry, cases, device)
+    verdicts = []
+    for c in cases:
+        inputs = task.generate(c, device)
+        out = contract.call(entry, inputs)
+        verdicts.append((c["name"], task.check(out, task.reference(inputs), inputs)))
+    contract.after_run(entry)
+    return verdicts
+
+
+@pytest.mark.parametrize("suite", ["smoke", "local-dev"])
+def test_bundled_solution_passes_interpreted(suite, loaded):
+    entry = loaded(SUBMISSION, interpret=True)
+    for name, verdict in run_cases(entry, SUITES[suite]["cases"]):
+        # bf16 garbage from the interpreter's tl.dot (~1e10) would fail here
+        assert verdict.passed, f"{name}: {verdict.reason}"
+        assert verdict.max_abs_err < 0.05
+
+
+def test_upcast_switch_follows_interpreter(monkeypatch):
+    sub = load_module(SUBMISSION, "_bsa_switch")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert sub._interpreted()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not sub._interpreted()
+
+
+def test_torch_fixture_is_the_baseline_and_passes(loaded):
+    assert (FIXTURES / "torch_submission" / "submission.py").read_bytes() == (REF / "baseline_torch.py").read_bytes()
+    entry = loaded(FIXTURES / "torch_submission")
+    assert not entry.trusted and entry.import_guard is not None
+    for name, verdict in run_cases(entry, SUITES["smoke"]["cases"] + SUITES["local-dev"]["cases"][:2]):
+        assert verdict.passed, f"{name}: {verdict.reason}"
+
+
+def test_flex_baseline_mask_on_cpu(loaded):
+    entry = loaded(REF / "baseline_flex.py")
+    assert entry.trusted
+    for name, verdict in run_cases(entry, SUITES["smoke"]["cases"] + SUITES["local-dev"]["cases"][1:2]):
+        assert verdict.passed, f"{name}: {verdict.reason}"
+
+
+def test_ambiguous_variants_fail_the_run(loaded):
+    entry = loaded(FIXTURES / "ambiguous_variants")
+    with pytest.raises(ContractError, match="several declared variants match case 'smoke-window-1'.*small-heads, short"):
+        contract.setup(entry, SUITES["smoke"]["cases"], "cpu")
+
+
+def test_unmatched_case_fails_the_run(loaded):
+    entry = loaded(FIXTURES / "no_variant_match")
+    with pytest.raises(ContractError, match="no declared variant matches case 'smoke-retrieval-1'"):
+        contract.setup(entry, SUITES["smoke"]["cases"], "cpu")
+
+
+@pytest.mark.parametrize("manifest, error", [
+    ([], "at least one"),
+    ("default", "list or tuple"),
+    (["a", "a"], "unique"),
+    ([str(i) for i in range(17)], "too large"),
+    ([{"name": "x", "t_max": 4096, "min_t_max": 1}], "not both"),
+    ([{"name": "x", "min_window_blocks": 5, "max_window_blocks": 4}], "min_window_blocks=5"),
+    ([{"name": "x", "families": ["dense"]}], "unsupported family"),
+])
+def test_manifest_rules(manifest, error):
+    with pytest.raises((ValueError, TypeError), match=error):
+        spec_mod.parse_manifest(manifest)
+
+
+def test_manifest_bounds_match_like_the_original():
+    variants = spec_mod.parse_manifest([
+        {"name": "small", "max_batch_heads": 16, "families": ["sliding_window", "sliding_window_global"]},
+        {"name": "big", "min_batch_heads": 17},
+        {"name": "retr", "max_batch_heads": 16, "families": ["sliding_window_retrieval"],
+         "retrieval_local_bias": 0.75},
+    ])
+    assert variants[0].max_batch_heads == 16 and variants[2].min_retrieval_local_bias == 0.75
+    for c in SUITES["quick"]["cases"] + SUITES["full"]["cases"]:
+        v = spec_mod.match_variant(spec_mod.spec_from_case(c), variants)
+        assert v.name == ("big" if c["batch_size"] * c["num_heads"] > 16 else
+                          "retr" if c["family"] == "sliding_window_retrieval" else "small")
+
+
+def test_setup_gets_canonical_descriptors(tmp_path, loaded):
+    (tmp_path / "submission.py").write_text(
+        "import json\nVARIANT_MANIFEST = ['any']\nSEEN = []\n"
+        "def setup(suite_specs, device, variants):\n"
+        "    SEEN.append((suite_specs, device, variants))\n"
+        "def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):\n"
+        "    import torch\n"
+        "    return torch.zeros_like(q), torch.full(q.shape[:3], float('-inf'))\n")
+    entry = loaded(tmp_path)
+    cases = SUITES["smoke"]["cases"] + [dict(SUITES["smoke"]["cases"][0], name="again", seed=5)]
+    contract.setup(entry, cases, "cpu")
+    module = sys.modules[next(n for n in sys.modules if n.startswith("contest_submission_")
+                              and getattr(sys.modules[n], "SEEN", None))]
+    specs, device, variants = module.SEEN[-1]
+    assert device == "cpu" and [v.name for v in variants] == ["any"]
+    assert len(specs) == 3  # one per shape key
+    assert all(s.seq_len_min_ratio == 1.0 and s.seed == 0 for s in specs)
+    assert [s.retrieval_local_bias for s in specs] == [0.0, 0.0, 0.5]
+    assert entry.setup_s is not None and entry.setup_s < contract.SETUP_BUDGET_S
+
+
+def test_setup_arity(tmp_path, loaded):
+    (tmp_path / "submission.py").write_text(
+        "VARIANT_MANIFEST = ['any']\ndef setup(a):\n    pass\n"
+        "def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):\n    pass\n")
+    with pytest.raises(ContractError, match="setup"):
+        loaded(tmp_path)
+
+
+def test_forbidden_import_rejected(loaded):
+    with pytest.raises(ContractError, match="import 'requests' not allowed"):
+        loaded(FIXTURES / "bad_import")
+
+
+def test_forbidden_runtime_import_refused(loaded):
+    entry = loaded(FIXTURES / "runtime_import")
+    inputs = task.generate(case("smoke", "smoke-window-1"), "cpu")
+    with pytest.raises(ImportError, match="'requests' is not allowed"):
+        contract.call(entry, inputs)
+
+
+def test_guard_allows_stdlib_and_does_not_reenter(tmp_path, loaded):
+    """pathlib.Path() imports ntpath on 3.12: the original's guard recursed there."""
+    (tmp_path / "helper.py").write_text("import os\nVALUE = os.sep\n")
+    (tmp_path / "submission.py").write_text(
+        "import importlib, pathlib\nimport numpy, triton, torch\nimport helper\n"
+        "VARIANT_MANIFEST = ['any']\n"
+        "def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):\n"
+        "    pathlib.Path('x').resolve()\n"
+        "    importlib.import_module('ntpath')\n"
+        "    importlib.import_module('json.decoder')\n"
+        "    return torch.zeros_like(q), torch.full(q.shape[:3], float('-inf'))\n")
+    entry = loaded(tmp_path)
+    inputs = task.generate(case("smoke", "smoke-window-1"), "cpu")
+    o, lse = contract.call(entry, inputs)
+    assert o.shape == inputs["q"].shape
+
+
+def test_file_rules(tmp_path, loaded):
+    (tmp_path / "submission.py").write_text("VARIANT_MANIFEST = ['a']\n"
+                                            "def block_sparse_attn_fwd(*a):\n    pass\n")
+    (tmp_path / "kernel.so").write_bytes(b"\0")
+    with pytest.raises(ContractError, match="file type not allowed: kernel.so"):
+        loaded(tmp_path)
+    (tmp_path / "kernel.so").unlink()
+    (tmp_path / "link.py").symlink_to(tmp_path / "submission.py")
+    with pytest.raises(ContractError, match="symlinks"):
+        loaded(tmp_path)
+    (tmp_path / "link.py").unlink()
+    for i in range(128):
+        (tmp_path / f"n{i}.txt").write_text("")
+    with pytest.raises(ContractError, match="too many files"):
+        loaded(tmp_path)
+
+
+def test_cache_change_after_setup_fails_the_run(tmp_path, loaded):
+    (tmp_path / "submission.py").write_text(
+        "import os, torch\nVARIANT_MANIFEST = ['any']\n"
+        "def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):\n"
+        "    with open(os.path.join(os.environ['TRITON_CACHE_DIR'], 'late.cubin'), 'w') as fh:\n"
+        "        fh.write('jit during timing')\n"
+        "    return torch.zeros_like(q), torch.full(q.shape[:3], float('-inf'))\n")
+    entry = loaded(tmp_path)
+    cases = SUITES["smoke"]["cases"][:1]
+    contract.setup(entry, cases, "cpu")  # the warm-up call writes before the freeze: fine
+    contract.after_run(entry)
+    contract.call(entry, task.generate(cases[0], "cpu"))
+    contract.call(entry, task.generate(cases[0], "cpu"))
+    # the same file rewritten after the freeze (new mtime) counts as a change
+    with pytest.raises(ContractError, match="compile cache changed after setup"):
+        contract.after_run(entry)
+
+
+def test_wrong_return_is_a_contract_error(tmp_path, loaded):
+    (tmp_path / "submission.py").write_text(
+        "VARIANT_MANIFEST = ['any']\n"
+        "def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):\n    return q\n")
+    entry = loaded(tmp_path)
+    with pytest.raises(ContractError, match=r"must return \(o, lse\)"):
+        contract.call(entry, task.generate(case("smoke", "smoke-window-1"), "cpu"))
