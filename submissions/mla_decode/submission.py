@@ -31,11 +31,8 @@ def _bf16(x):
 
 
 @triton.jit
-def _rope_half_pair(xa, xb, pos, theta):
-    """Rotate-half RoPE of (xa, xb) at positions ``pos`` (broadcastable), rounding like bf16 torch."""
-    angle = _bf16(_bf16(pos.to(tl.float32)) * theta)
-    c = _bf16(tl.cos(angle))
-    s = _bf16(tl.sin(angle))
+def _rope_half_pair(xa, xb, c, s):
+    """Rotate-half RoPE of (xa, xb) with bf16 cos/sin (as fp32), rounding every step like bf16 torch."""
     ra = _bf16(_bf16(xa * c) + _bf16(-xb * s))
     rb = _bf16(_bf16(xb * c) + _bf16(xa * s))
     return ra, rb
@@ -43,7 +40,7 @@ def _rope_half_pair(xa, xb, pos, theta):
 
 @triton.jit
 def _mla_attn_kernel(
-    qlat_ptr, q_ptr, kv_ptr, theta_ptr, o_ptr, opart_ptr, lse_ptr,
+    qlat_ptr, q_ptr, kv_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
     H, kv_len, tiles_per_split, sm_scale,
     s_ql_h, s_ql_b, s_q_b, s_q_h, s_kv_b, s_kv_n,
     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
@@ -70,8 +67,9 @@ def _mla_attn_kernel(
     q_row = q_ptr + b * s_q_b + heads[:, None] * s_q_h + NOPE
     qa = tl.load(q_row + offs_half[None, :], mask=hmask[:, None], other=0.0).to(tl.float32)
     qb = tl.load(q_row + HALF + offs_half[None, :], mask=hmask[:, None], other=0.0).to(tl.float32)
-    theta = tl.load(theta_ptr + offs_half)
-    qa, qb = _rope_half_pair(qa, qb, pos_q, theta[None, :])
+    qc = tl.load(cos_ptr + pos_q * HALF + offs_half)
+    qs = tl.load(sin_ptr + pos_q * HALF + offs_half)
+    qa, qb = _rope_half_pair(qa, qb, qc[None, :], qs[None, :])
     if DOT_F32:
         ql = ql.to(tl.float32)
     else:
@@ -94,7 +92,10 @@ def _mla_attn_kernel(
                      mask=nmask[:, None], other=0.0).to(tl.float32)
         kb = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + HALF + offs_half[None, :],
                      mask=nmask[:, None], other=0.0).to(tl.float32)
-        ka, kb = _rope_half_pair(ka, kb, offs_n[:, None], theta[None, :])
+        trig = offs_n[:, None] * HALF + offs_half[None, :]
+        kc = tl.load(cos_ptr + trig, mask=nmask[:, None], other=0.0)
+        ks = tl.load(sin_ptr + trig, mask=nmask[:, None], other=0.0)
+        ka, kb = _rope_half_pair(ka, kb, kc, ks)
         if V_SPLIT == 1:
             cv = c
         else:
@@ -163,10 +164,22 @@ def _n_sms(device: torch.device) -> int:
 
 
 def _theta(half: int, device) -> torch.Tensor:
-    """The original RoPE's theta, computed in bf16 on the CPU as it does, as fp32 (a constant: cached)."""
-    key = (half, str(device))
+    """The original RoPE's theta, computed in bf16 on the CPU as it does, as fp32."""
+    return (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
+
+
+def _trig_table(half: int, n_pos: int, device):
+    """cos, sin (n_pos, half) of the original's bf16 angles, rounded to bf16, held as fp32.
+
+    A constant of the task's math (positions and theta only, no input values), so it is
+    computed once per (half, n_pos, device) and cached.
+    """
+    key = (half, n_pos, str(device))
     if key not in _THETA:
-        _THETA[key] = (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
+        theta = 10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)
+        angle = torch.einsum("s,d->sd", torch.arange(n_pos), theta)       # bf16, as the original
+        _THETA[key] = (angle.cos().to(torch.bfloat16).float().contiguous().to(device),
+                       angle.sin().to(torch.bfloat16).float().contiguous().to(device))
     return _THETA[key]
 
 
@@ -186,14 +199,14 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     tiles_per_split = triton.cdiv(tiles, splits)
     splits = triton.cdiv(tiles, tiles_per_split)
     o = torch.empty(bs, H, R, dtype=torch.bfloat16, device=kv.device)
-    theta = _theta(rope // 2, kv.device)
+    cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device)
     if splits > 1:
         opart = torch.empty(splits, bs, H, R, dtype=torch.float32, device=kv.device)
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
     _mla_attn_kernel[(groups * v_split, bs, splits)](
-        q_lat, q, kv, theta, o, opart, lse,
+        q_lat, q, kv, cos, sin, o, opart, lse,
         H, kv_len, tiles_per_split, sm_scale,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
         o.stride(0), o.stride(1),
