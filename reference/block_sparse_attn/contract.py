@@ -135,7 +135,8 @@ def setup(entry: Entry, cases: list, device: str) -> None:
         _sync(device)
         del inputs
     entry.setup_s = time.perf_counter() - start
-    if entry.setup_s > SETUP_BUDGET_S:
+    # kbench's own baselines (trusted) are exempt: compiled FlexAttention alone can take longer.
+    if entry.setup_s > SETUP_BUDGET_S and not entry.trusted:
         raise ContractError(f"setup plus warm-up took {entry.setup_s:.1f} s > {SETUP_BUDGET_S:.0f} s")
     entry.cache.freeze()
 
