@@ -85,5 +85,8 @@ def combine(results: list[CheckResult]) -> CheckResult:
 
     failed = [r for r in results if not r.passed]
     first = failed[0] if failed else CheckResult("passed")
+    if first.status == "invalid":  # errors of other outputs say nothing about an invalid one
+        return CheckResult("invalid", first.reason + (f" (+{len(failed) - 1} more outputs failing)"
+                                                       if len(failed) > 1 else ""))
     reason = first.reason + (f" (+{len(failed) - 1} more outputs failing)" if len(failed) > 1 else "")
     return CheckResult(first.status, reason, worst("max_abs_err"), worst("max_rel_err"), first.details)

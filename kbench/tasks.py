@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -55,15 +56,22 @@ class Task:
         return out
 
 
-def all_tasks(cases_dir: Path | None = None, reference_dir: Path | None = None) -> dict[str, Task]:
+def _roots() -> list[tuple[Path, Path]]:
+    """kbench's own tasks, then each folder of $KBENCH_TASK_DIRS holding cases/ and reference/."""
+    roots = [(data_dir("cases"), data_dir("reference"))]
+    for extra in filter(None, os.environ.get("KBENCH_TASK_DIRS", "").split(os.pathsep)):
+        roots.append((Path(extra) / "cases", Path(extra) / "reference"))
+    return roots
+
+
+def all_tasks() -> dict[str, Task]:
     """Every task with both a case file and a reference folder holding contract.py and task.py."""
-    cases_dir = cases_dir or data_dir("cases")
-    reference_dir = reference_dir or data_dir("reference")
     tasks = {}
-    for toml in sorted(cases_dir.glob("*.toml")):
-        code = reference_dir / toml.stem
-        if (code / "task.py").is_file() and (code / "contract.py").is_file():
-            tasks[toml.stem] = Task(toml.stem, toml, code)
+    for cases_dir, reference_dir in _roots():
+        for toml in sorted(cases_dir.glob("*.toml")):
+            code = reference_dir / toml.stem
+            if (code / "task.py").is_file() and (code / "contract.py").is_file():
+                tasks.setdefault(toml.stem, Task(toml.stem, toml, code))
     return tasks
 
 

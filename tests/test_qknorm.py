@@ -1,0 +1,103 @@
+"""The qknorm task: inputs, ground truth, score, contract forms, the bundled solution on CPU."""
+import ast
+
+import pytest
+import torch
+
+from kbench.tasks import get_task
+from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
+
+task = get_task("qknorm")
+ref = task.module
+
+
+def test_full_suite_is_the_original_20_cases_in_order():
+    cases = task.suite("full").cases
+    assert len(cases) == 20
+    expected = [(kv, 32, d, b) for kv in (8, 32) for d in (64, 128) for b in (1, 16, 64, 128, 256)]
+    got = [(c.params["num_kv_heads"], c.params["num_qo_heads"], c.params["head_dim"], c.params["batch"])
+           for c in cases]
+    assert got == expected
+    assert all(c.params["dtype"] == "float16" for c in cases)
+    assert [c.seed for c in cases] == list(range(1, 21))
+
+
+def test_every_suite_says_why_it_exists():
+    assert all(s.reason for s in task.suites.values())
+
+
+def test_q_and_k_are_strided_views_of_one_fused_qkv():
+    inputs = ref.generate({"batch": 3, "num_qo_heads": 5, "num_kv_heads": 2, "head_dim": 64,
+                           "dtype": "float16", "seed": 7}, "cpu")
+    q, k, qkv = inputs["q"], inputs["k"], inputs["qkv"]
+    assert q.shape == (3, 5, 64) and k.shape == (3, 2, 64)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    assert q.stride() == ((5 + 4) * 64, 64, 1) and k.stride() == q.stride()
+    assert k.storage_offset() == 5 * 64 and q.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+
+
+def test_4d_inputs():
+    inputs = ref.generate({"batch": 2, "seq": 3, "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 64,
+                           "dtype": "bfloat16", "seed": 1}, "cpu")
+    assert inputs["q"].shape == (2, 3, 4, 64) and inputs["k"].shape == (2, 3, 2, 64)
+
+
+def test_generation_is_deterministic_per_seed():
+    case = {"batch": 2, "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 64, "dtype": "float16"}
+    a, b = ref.generate({**case, "seed": 3}, "cpu"), ref.generate({**case, "seed": 3}, "cpu")
+    c = ref.generate({**case, "seed": 4}, "cpu")
+    assert torch.equal(a["qkv"], b["qkv"]) and not torch.equal(a["qkv"], c["qkv"])
+
+
+def test_ground_truth_matches_float64_math():
+    inputs = ref.generate({"batch": 4, "num_qo_heads": 3, "num_kv_heads": 1, "head_dim": 128,
+                           "dtype": "float16", "seed": 5}, "cpu")
+    q, w = inputs["q"].double(), inputs["norm_weight"].double()
+    expected = q / torch.sqrt((q * q).mean(-1, keepdim=True) + 1e-6) * w
+    got = ref.reference(inputs)[0]
+    assert got.dtype == torch.float16
+    assert torch.allclose(got.double(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_tolerance_cannot_be_passed_by_zero_or_constant_outputs():
+    for case in task.suite("full").cases[:3] + task.suite("smoke").cases:
+        inputs = ref.generate(case.params, "cpu")
+        expected = ref.reference(inputs)
+        for fill in (0.0, 1.0):
+            outs = tuple(torch.full_like(e, fill) for e in expected)
+            assert ref.check(outs, expected, inputs).status == "mismatch"
+
+
+def test_native_score_is_frontier_cs_formula():
+    recs = [{"status": "passed", "speedup": s, "baseline": "flashinfer"} for s in (1.0, 4.0)]
+    assert ref.native_score(recs, "full") == {"score": 100.0, "score_unbounded": 200.0}
+    recs = [{"status": "passed", "speedup": s, "baseline": "flashinfer"} for s in (0.5, 0.5)]
+    assert ref.native_score(recs, "full") == {"score": 50.0, "score_unbounded": 50.0}
+    recs[1] = {"status": "mismatch", "speedup": None, "baseline": None}
+    assert ref.native_score(recs, "full") == {"score": 0.0, "score_unbounded": 0.0}
+
+
+def test_roofline_counts_read_and_write_of_q_and_k():
+    roof = ref.roofline({"batch": 1, "num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "dtype": "float16"})
+    assert roof["bytes"] == (2 * 40 * 128 + 128) * 2
+
+
+@pytest.mark.parametrize("fixture", ["frontier_code", "frontier_path"])
+def test_frontier_cs_solution_runs_unchanged(fixture):
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / fixture, only=("b3_q5_kv2_d64_f16",))
+    assert statuses(run) == {"b3_q5_kv2_d64_f16": "passed"}
+
+
+def test_bundled_triton_solution_passes_smoke_in_the_interpreter():
+    run = run_cpu("qknorm", ROOT / "submissions" / "qknorm")
+    assert set(statuses(run).values()) == {"passed"}, run["cases"]
+    assert len(run["cases"]) == 5
+    worst = max(c["max_abs_err"] for c in run["cases"])
+    assert worst < 0.05  # one bf16 ulp at |y| ~ 4, not garbage
+
+
+def test_bundled_solution_reads_views_in_place():
+    tree = ast.parse((ROOT / "submissions" / "qknorm" / "submission.py").read_text())
+    copies = [n.attr for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and n.attr in ("contiguous", "reshape", "clone")]
+    assert copies == []
