@@ -1,0 +1,38 @@
+"""qknorm on a CUDA device (skipped without one): ground truth vs flashinfer, bundled solution."""
+import pytest
+import torch
+
+from kbench.runner import Options, evaluate
+from kbench.tasks import get_task
+from kbench.timing import StopRule
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.gpu
+task = get_task("qknorm")
+
+
+@pytest.mark.parametrize("suite", ["full", "models"])
+def test_fp32_ground_truth_matches_flashinfer(suite):
+    import flashinfer  # the `gpu` extra: a GPU machine without it cannot run the baseline
+
+    for case in task.suite(suite).cases:
+        inputs = task.module.generate(case.params, "cuda")
+        expected = task.module.reference(inputs)
+        got = []
+        for x in (inputs["q"], inputs["k"]):
+            out = torch.empty(x.shape, dtype=x.dtype, device="cuda")
+            flashinfer.norm.rmsnorm(x, inputs["norm_weight"], out=out)
+            got.append(out)
+        verdict = task.module.check(tuple(got), expected, inputs)
+        assert verdict.passed, (case.name, verdict.reason)
+        assert verdict.max_abs_err <= 2 * torch.finfo(x.dtype).eps * 8  # a rounding step, no more
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+def test_bundled_solution_passes_unflagged(suite):
+    options = Options(suite=suite, device="cuda", stop=StopRule(budget_s=0.5))
+    run = evaluate(task, ROOT / "submissions" / "qknorm", options)
+    bad = [(c["case"], c["status"], c["reason"], c["flags"]) for c in run["cases"]
+           if c["status"] != "passed" or c["flags"]]
+    assert bad == []
+    assert run["baseline"] == "flashinfer" and run["summary"]["geomean_speedup"] is not None
