@@ -153,7 +153,7 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
 
 
 # Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md).
-CONFIG = {"block_h": 64, "block_n": 32, "v_split": 1, "num_warps": 8, "num_stages": 2}
+CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 1}
 _THETA: dict = {}
 
 
