@@ -16,7 +16,7 @@ def _r(x, digits=6):
 
 
 def case_record(case, status: str, reason: str, check: CheckResult | None = None, *,
-                latency=None, wall=None, baseline=None, baseline_latency=None, flags=(),
+                latency=None, host=None, baseline=None, baseline_latency=None, flags=(),
                 baseline_failure=None) -> dict:
     """A case's outcome. Invariant: a passed case has a latency; any other status has none."""
     assert status in STATUSES, status
@@ -25,7 +25,7 @@ def case_record(case, status: str, reason: str, check: CheckResult | None = None
         "max_abs_err": _r(check.max_abs_err) if check else None,
         "max_rel_err": _r(check.max_rel_err) if check else None,
         "latency_ms": None, "latency_q1_ms": None, "latency_q3_ms": None,
-        "latency_ci95_ms": None, "noise": None, "samples": 0, "host_wall_ms": None,
+        "latency_ci95_ms": None, "noise": None, "samples": 0, "host_ms": None,
         "baseline": baseline, "baseline_latency_ms": None, "baseline_ci95_ms": None,
         "baseline_samples": 0, "speedup": None, "flags": list(flags),
         "baseline_problem": baseline_failure,
@@ -34,7 +34,7 @@ def case_record(case, status: str, reason: str, check: CheckResult | None = None
         rec.update(latency_ms=_r(latency.median), latency_q1_ms=_r(latency.q1),
                    latency_q3_ms=_r(latency.q3), latency_ci95_ms=[_r(latency.ci_low), _r(latency.ci_high)],
                    noise=_r(latency.noise, 5), samples=latency.n,
-                   host_wall_ms=_r(wall.median) if wall else None)
+                   host_ms=_r(host.median) if host else None)
         if baseline_latency is not None:
             rec.update(baseline_latency_ms=_r(baseline_latency.median),
                        baseline_ci95_ms=[_r(baseline_latency.ci_low), _r(baseline_latency.ci_high)],

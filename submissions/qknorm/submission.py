@@ -12,6 +12,8 @@ import triton
 import triton.language as tl
 
 EPS = 1e-6
+ROW_ELEMS = 2048   # elements a program normalises: rows per program = ROW_ELEMS // head_dim
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -61,7 +63,7 @@ def _token_layout(x):
 
 
 def _block_rows(d):
-    return max(1, 2048 // d)
+    return max(1, ROW_ELEMS // d)
 
 
 def _interpreted(x):
@@ -89,7 +91,7 @@ def _build(q, k, w):
         def launch(q, k, w):
             qo = torch.empty(q_shape, dtype=dtype, device=device)
             ko = torch.empty(k_shape, dtype=dtype, device=device)
-            _qknorm_kernel[grid](q, k, w, qo, ko, **meta, num_warps=4)
+            _qknorm_kernel[grid](q, k, w, qo, ko, **meta, num_warps=NUM_WARPS)
             return qo, ko
         return launch
 
@@ -103,7 +105,7 @@ def _build(q, k, w):
         if run is not None:
             run(q, k, w, qo, ko)
             return qo, ko
-        compiled = _qknorm_kernel[grid](q, k, w, qo, ko, **meta, num_warps=4)
+        compiled = _qknorm_kernel[grid](q, k, w, qo, ko, **meta, num_warps=NUM_WARPS)
         state["run"] = _direct_launcher(compiled, grid, consts, (q, k, w, qo, ko))
         return qo, ko
     return launch
@@ -125,7 +127,7 @@ def _direct_launcher(compiled, grid, consts, args):
         except Exception:  # noqa: BLE001
             continue
         return (lambda *a: runner(*a)) if not extra else (lambda *a: runner(*a, *extra))
-    return lambda *a: _qknorm_kernel[grid](*a, *consts, num_warps=4)
+    return lambda *a: _qknorm_kernel[grid](*a, *consts, num_warps=NUM_WARPS)
 
 
 def _fallback(q, k, w):
