@@ -27,7 +27,7 @@ def case_record(case, status: str, reason: str, check: CheckResult | None = None
         "latency_ms": None, "latency_q1_ms": None, "latency_q3_ms": None,
         "latency_ci95_ms": None, "noise": None, "samples": 0, "host_ms": None,
         "baseline": baseline, "baseline_latency_ms": None, "baseline_ci95_ms": None,
-        "baseline_samples": 0, "speedup": None, "flags": list(flags),
+        "baseline_samples": 0, "baseline_noise": None, "speedup": None, "flags": list(flags),
         "baseline_problem": baseline_failure,
     }
     if status == "passed" and latency is not None:
@@ -38,7 +38,7 @@ def case_record(case, status: str, reason: str, check: CheckResult | None = None
         if baseline_latency is not None:
             rec.update(baseline_latency_ms=_r(baseline_latency.median),
                        baseline_ci95_ms=[_r(baseline_latency.ci_low), _r(baseline_latency.ci_high)],
-                       baseline_samples=baseline_latency.n,
+                       baseline_samples=baseline_latency.n, baseline_noise=_r(baseline_latency.noise, 5),
                        speedup=_r(baseline_latency.median / latency.median, 4))
     return rec
 

@@ -33,6 +33,7 @@ class Options:
     device: str = "cuda"
     only: tuple[str, ...] | None = None
     baseline: str | None = None        # None = the task's first; "none" = no baseline
+    baseline_path: Path | None = None  # a submission timed in the baseline's place (kbench compare)
     timeout: float = 120.0             # seconds for any one request to a worker
     seed: int | None = None            # root seed: every case gets a hidden seed from it
     stop: timing.StopRule = field(default_factory=timing.StopRule)
@@ -312,6 +313,9 @@ class Runner:
     def _baseline_target(self, flush: int) -> _Target | None:
         if self.options.baseline == "none":
             return None
+        if self.options.baseline_path is not None:  # kbench compare: another submission as "baseline"
+            path = submission_file(self.task, self.options.baseline_path)
+            return _Target(str(self.options.baseline_path), self.task, path, self.options, flush)
         available = self.task.baselines(self.options.device)
         if self.options.baseline is not None:
             if self.options.baseline not in getattr(self.module, "BASELINES", {}):
