@@ -34,7 +34,7 @@ HEADERS = ["case", "status", "abs err", "rel err", "time us", "iqr/2 us", "base 
 
 
 def text_report(run: dict) -> str:
-    out = [tabulate(case_rows(run), HEADERS, tablefmt="simple")]
+    out = [tabulate(case_rows(run), HEADERS, tablefmt="simple", disable_numparse=True)]
     for r in run["cases"]:
         if r["reason"]:
             out.append(f"{r['case']}: {r['status']}: {r['reason']}")
@@ -68,9 +68,33 @@ def summary_line(run: dict) -> str:
 
 
 def markdown_report(run: dict) -> str:
-    table = tabulate(case_rows(run), HEADERS, tablefmt="github")
+    table = tabulate(case_rows(run), HEADERS, tablefmt="github", disable_numparse=True)
     dev = run["device"]
     return (f"### kbench: {run['task']} / {run['suite']}\n\n"
             f"{summary_line(run)}\n\n{table}\n\n"
             f"Device: {dev.get('name', dev.get('device'))}; timing: {run['timing']['mode']}; "
             f"kbench {run['kbench_version']}\n")
+
+
+def compare_report(result: dict, markdown: bool = False) -> str:
+    rows = []
+    for r in result["rows"]:
+        ci = "-" if r["ratio_ci95"] is None else f"{r['ratio_ci95'][0]:.3f}-{r['ratio_ci95'][1]:.3f}"
+        rows.append([r["case"], _ms(r["a_ms"]), _ms(r["b_ms"]),
+                     "-" if r["ratio"] is None else f"{r['ratio']:.3f}", ci, r["verdict"],
+                     r["a_status"], r["b_status"]])
+    headers = ["case", "A us", "B us", "B/A", "95% CI", "verdict", "A", "B"]
+    table = tabulate(rows, headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
+    s = result["summary"]
+    how = "interleaved in one run" if s.get("interleaved") else "from saved results"
+    if s["geomean_ratio"] is not None:
+        lo, hi = s["geomean_ratio_ci95"]
+        line = (f"B/A geomean time {s['geomean_ratio']:.3f} (95% CI {lo:.3f}-{hi:.3f}): {s['verdict']}; "
+                f"{s['compared']}/{s['cases']} cases compared ({how})")
+    else:
+        line = f"no case passed on both sides ({how})"
+    if s["failed"]:
+        line += f"; {s['failed']} case(s) failed on a side"
+    lines = [f"### kbench compare: {result['a']} (A) vs {result['b']} (B)\n" if markdown else "", table, line]
+    lines += [f"warning: {w}" for w in result.get("warnings", [])]
+    return "\n".join(x for x in lines if x != "")

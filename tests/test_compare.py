@@ -1,0 +1,118 @@
+"""kbench compare: verdicts from both spreads, the geomean interval, exit codes, JSON round trip."""
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.cli import cli
+from kbench.compare import compare_cases, ratio_interval, regressed, verdict
+from tests.helpers import FIXTURES, ROOT
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.90, 0.999, "FASTER"), (1.001, 1.10, "SLOWER"), (0.99, 1.01, "SAME"),
+    (0.98, 1.02, "SAME"), (0.979, 1.01, "UNSURE"), (0.90, 1.10, "UNSURE"), (1.0, 1.0, "SAME"),
+])
+def test_verdict_edges(lo, hi, expected):
+    assert verdict(lo, hi) == expected
+
+
+def test_ratio_interval_widens_with_noise():
+    r, lo, hi = ratio_interval(10.0, 0.0, 12.0, 0.0)
+    assert (r, lo, hi) == (1.2, 1.2, 1.2)
+    r, lo, hi = ratio_interval(10.0, 0.01, 10.0, 0.01)
+    assert r == 1.0 and math.isclose(hi, math.exp(1.96 * math.sqrt(2) * 0.01))
+    assert math.isclose(lo * hi, 1.0)
+
+
+def test_a_1_percent_difference_inside_the_noise_is_not_called_faster():
+    out = compare_cases([("c", ("passed", 10.0, 0.01), ("passed", 9.9, 0.01))])
+    assert out["rows"][0]["verdict"] == "UNSURE"
+    out = compare_cases([("c", ("passed", 10.0, 0.001), ("passed", 9.9, 0.001))])
+    assert out["rows"][0]["verdict"] == "FASTER"
+
+
+def test_geomean_interval_and_failures():
+    out = compare_cases([("a", ("passed", 10.0, 0.001), ("passed", 20.0, 0.001)),
+                         ("b", ("passed", 10.0, 0.001), ("passed", 5.0, 0.001)),
+                         ("c", ("passed", 10.0, 0.001), ("error", None, None))])
+    s = out["summary"]
+    assert s["geomean_ratio"] == 1.0 and s["compared"] == 2 and s["failed"] == 1
+    assert s["geomean_ratio_ci95"][0] < 1.0 < s["geomean_ratio_ci95"][1]
+    assert out["rows"][2]["verdict"] == "FAILED"
+
+
+def test_regressed_needs_significance_beyond_the_threshold():
+    slower = compare_cases([("a", ("passed", 10.0, 0.001), ("passed", 10.5, 0.001))])
+    assert regressed(slower, 3.0)            # 5% slower, tight interval: a regression at 3%
+    assert regressed(slower, 10.0) == []     # but not at 10%
+    noisy = compare_cases([("a", ("passed", 10.0, 0.05), ("passed", 10.5, 0.05))])
+    assert regressed(noisy, 3.0) == []       # 5% inside the noise is not evidence
+    broken = compare_cases([("a", ("passed", 10.0, 0.001), ("mismatch", None, None))])
+    assert regressed(broken, 50.0) == ["a: B mismatch"]
+
+
+def _saved(tmp_path, name, ms, noise=0.001, status="passed", meaningful=True):
+    run = {"task": "qknorm", "suite": "quick", "device": {"name": "H100"},
+           "timing": {"mode": "cuda-events", "meaningful": meaningful},
+           "cases": [{"case": f"c{i}", "params": {"batch": i}, "status": status,
+                      "latency_ms": m if status == "passed" else None, "noise": noise}
+                     for i, m in enumerate(ms)]}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
+    a = _saved(tmp_path, "a", [0.010, 0.020])
+    b = _saved(tmp_path, "b", [0.0105, 0.021])
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b)])
+    assert result.exit_code == 0
+    row = next(l for l in result.output.splitlines() if l.startswith("c0 "))
+    assert row.split() == ["c0", "10.00", "10.50", "1.050", "1.047-1.053", "SLOWER", "passed", "passed"]
+    assert "B/A geomean time 1.050" in result.output and "SLOWER" in result.output
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
+    assert result.exit_code == 1 and "regression: geomean 1.050x" in result.output
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "10"])
+    assert result.exit_code == 0
+
+
+def test_cli_compare_rejects_mismatched_results(tmp_path):
+    a = _saved(tmp_path, "a", [0.010])
+    other = json.loads(a.read_text())
+    other["cases"][0]["params"] = {"batch": 99}
+    (tmp_path / "o.json").write_text(json.dumps(other))
+    result = CliRunner().invoke(cli, ["compare", str(a), str(tmp_path / "o.json")])
+    assert result.exit_code == 2 and "different parameters" in result.output
+    (tmp_path / "bad.json").write_text("{}")
+    result = CliRunner().invoke(cli, ["compare", str(a), str(tmp_path / "bad.json")])
+    assert result.exit_code == 2 and "not a kbench JSON result" in result.output
+
+
+def test_eval_json_round_trips_into_compare(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "run.json"
+    args = ["--device", "cpu", "--case", "b3_q5_kv2_d64_f16", "--min-samples", "2", "--max-samples", "2"]
+    assert CliRunner().invoke(cli, ["eval", "submissions/qknorm", *args, "--json", str(out)]).exit_code == 0
+    run = json.loads(out.read_text())
+    for key in ("kbench_version", "task", "suite", "device", "timing", "cases", "summary"):
+        assert key in run
+    case = run["cases"][0]
+    for key in ("params", "latency_ms", "latency_ci95_ms", "noise", "samples", "speedup", "host_ms"):
+        assert key in case
+    result = CliRunner().invoke(cli, ["compare", str(out), str(out), "--fail-if-slower", "1"])
+    assert result.exit_code == 0
+    assert "b3_q5_kv2_d64_f16" in result.output and "1.000" in result.output
+
+
+def test_compare_two_folders_runs_them_interleaved(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(cli, ["compare", str(FIXTURES / "qknorm" / "good_torch"),
+                                      str(FIXTURES / "qknorm" / "fails_one_case"), "--task", "qknorm",
+                                      "--device", "cpu", "--min-samples", "2", "--max-samples", "2",
+                                      "--fail-if-slower", "1000"])
+    assert result.exit_code == 1
+    assert "(interleaved in one run)" in result.output
+    row = next(l for l in result.output.splitlines() if l.startswith("b2_q3_kv1_d256_bf16"))
+    assert "FAILED" in row and row.split()[-3:] == ["not", "run", "error"]
