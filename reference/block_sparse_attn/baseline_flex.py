@@ -46,15 +46,19 @@ def build_block_mask(row_ptr, col_idx, seq_lens, t_max):
                               torch.cat([diag, torch.zeros_like(listed[..., 1:])], dim=-1))
     partial_num = torch.where(is_last, count, (count > 0).long())
     full_num = torch.where(is_last, torch.zeros_like(count), (count - 1).clamp(min=0))
-    # The listed blocks as a dense (B, H, n, n) table, so the mask_mod alone is also right
-    # where the block lists are not used (eager flex on CPU evaluates it everywhere).
-    in_row = torch.arange(n, device=row_ptr.device) < count[..., None]
-    table = torch.zeros_like(listed).scatter_add_(3, listed, in_row.long()) > 0
     lens = seq_lens
+    if row_ptr.is_cuda:  # compiled flex skips unlisted blocks itself
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & (q_idx < lens[b]) & (kv_idx < lens[b])
+    else:
+        # Eager flex (CPU) evaluates the mask_mod everywhere and ignores the block lists:
+        # give it the listed blocks as a dense (B, H, n, n) table too.
+        in_row = torch.arange(n, device=row_ptr.device) < count[..., None]
+        table = torch.zeros_like(listed).scatter_add_(3, listed, in_row.long()) > 0
 
-    def mask_mod(b, h, q_idx, kv_idx):
-        return ((kv_idx <= q_idx) & (q_idx < lens[b]) & (kv_idx < lens[b])
-                & table[b, h, q_idx // BLOCK, kv_idx // BLOCK])
+        def mask_mod(b, h, q_idx, kv_idx):
+            return ((kv_idx <= q_idx) & (q_idx < lens[b]) & (kv_idx < lens[b])
+                    & table[b, h, q_idx // BLOCK, kv_idx // BLOCK])
 
     return BlockMask.from_kv_blocks(
         partial_num.int(), partial_idx.int(), full_num.int(), listed.int(),
