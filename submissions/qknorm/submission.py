@@ -112,21 +112,28 @@ def _build(q, k, w):
 
 
 def _direct_launcher(compiled, grid, consts, args):
-    """Call the compiled kernel's launcher directly (no re-binding or re-specialising of
-    arguments). Launchers of some Triton versions take the constexpr values too, others
-    not: try both on the first call's arguments (it rewrites the same outputs)."""
+    """Call the compiled kernel's C launcher directly: no argument binding, specialisation,
+    hook or knob lookups in Python on each call (they cost more than the kernel here).
+    Launchers of some Triton versions take the constexpr values too, others not: try both
+    on the first call's arguments (it rewrites the same outputs); the C launcher rejects
+    a wrong argument count."""
+    g0, g1, g2 = tuple(grid) + (1,) * (3 - len(grid))
     try:
-        runner = compiled[grid]
+        compiled._init_handles()
+        run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+        current_stream = torch._C._cuda_getCurrentRawStream
+        device = args[0].device.index
     except Exception:  # noqa: BLE001 - any Triton API difference: keep the JIT path
-        runner = None
+        run = None
     for extra in ((), consts):
-        if runner is None:
+        if run is None:
             break
         try:
-            runner(*args, *extra)
-        except Exception:  # noqa: BLE001
+            run(g0, g1, g2, current_stream(device), function, metadata, None, None, None, *args, *extra)
+        except TypeError:
             continue
-        return (lambda *a: runner(*a)) if not extra else (lambda *a: runner(*a, *extra))
+        return lambda *a: run(g0, g1, g2, current_stream(device), function, metadata, None, None, None,
+                              *a, *extra)
     return lambda *a: _qknorm_kernel[grid](*a, *consts, num_warps=NUM_WARPS)
 
 
