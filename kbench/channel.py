@@ -7,7 +7,11 @@ submission that hijacks the worker still cannot run code in the parent.
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import select
+import struct
+import time
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
@@ -52,9 +56,41 @@ def receive_trusted(conn: Connection):
     return pickle.loads(conn.recv_bytes())
 
 
-def receive_untrusted(conn: Connection):
+MAX_REPLY_BYTES = 64 * 2**20  # tensors travel as handles; a real reply is far smaller
+
+
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    chunks, left = [], n
+    while left:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError("the worker sent part of a message and stopped")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_bytes(conn: Connection, deadline: float) -> bytes:
+    """multiprocessing's framing (4-byte big-endian size, -1 then 8 bytes for huge ones), read
+    with a deadline and a size limit: junk written to the channel cannot hang the parent."""
+    fd = conn.fileno()
+    size, = struct.unpack("!i", _read_exact(fd, 4, deadline))
+    if size == -1:
+        size, = struct.unpack("!Q", _read_exact(fd, 8, deadline))
+    if size < 0 or size > MAX_REPLY_BYTES:
+        raise UnsafeReply(f"worker wrote a malformed message to the channel (claimed {size} bytes)")
+    return _read_exact(fd, size, deadline)
+
+
+def receive_untrusted(conn: Connection, timeout: float = 60.0):
     """Parent side: rebuild only allow-listed globals; reject everything else."""
-    data = conn.recv_bytes()
+    try:
+        data = _recv_bytes(conn, time.monotonic() + timeout)
+    except TimeoutError as exc:
+        raise UnsafeReply(str(exc)) from None
     try:
         return _SafeUnpickler(io.BytesIO(data)).load()
     except UnsafeReply:

@@ -7,6 +7,9 @@ unchanged, until the stopping rule is met.
 from __future__ import annotations
 
 import hashlib
+import os
+import secrets
+import site
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +50,45 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "big") % (2**31 - 1)
 
 
+def fingerprint(paths) -> dict:
+    """Size and mtime of every file under ``paths`` (no __pycache__), and the names in each
+    site-packages folder (a new .pth or sitecustomize runs in every later Python)."""
+    out = {}
+    for root in paths:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                full = os.path.join(folder, name)
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue
+                out[full] = (st.st_size, st.st_mtime_ns)
+    for folder in {*site.getsitepackages(), site.getusersitepackages()}:
+        try:
+            out[folder] = tuple(sorted(os.listdir(folder)))
+        except OSError:
+            pass
+    return out
+
+
+def changed_files(before: dict, after: dict) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def _well_formed(reply, timed: bool) -> bool:
+    """A reply to one call: ("ok", [outputs], [sample] or None, info), samples three finite numbers."""
+    if len(reply) != 4 or not isinstance(reply[1], list) or len(reply[1]) != 1:
+        return False
+    if not isinstance(reply[1][0], tuple) or not all(isinstance(t, torch.Tensor) for t in reply[1][0]):
+        return False
+    if not timed:
+        return True
+    samples = reply[2]
+    return (isinstance(samples, list) and len(samples) == 1 and isinstance(samples[0], tuple)
+            and len(samples[0]) == 3 and all(type(x) in (int, float) and 0 <= x < 1e9 for x in samples[0]))
+
+
 class _Target:
     """A submission or baseline: its worker (restarted after failures) and its samples."""
 
@@ -58,6 +100,32 @@ class _Target:
         self.flush = flush
         self.worker: WorkerProcess | None = None
         self.load_failure: Failure | None = None
+        self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
+        self.worker_threads = 0      # Python threads the submission left running (last reply)
+
+    def _absorb(self, reply) -> None:
+        """Turn the tripwire report of a reply into flags. The worker is untrusted: keep only
+        short strings, and never more than a few."""
+        info = reply[-1] if isinstance(reply, tuple) and reply else None
+        if not isinstance(info, dict):
+            return
+        threads = info.get("extra_threads")
+        self.worker_threads = threads if isinstance(threads, int) else 0
+        notes = []
+        for event in list(info.get("events") or [])[:10]:
+            notes.append(f"submission {str(event)[:200]}")
+        tampered = [str(t)[:80] for t in list(info.get("tampered") or [])[:10]]
+        if tampered:
+            notes.append(f"submission replaced {', '.join(tampered)}: timer or harness tampering")
+        threads = info.get("threads_at_return")
+        if isinstance(threads, int) and threads > 0:
+            notes.append("a thread the submission started during a call was still running when the "
+                         "call returned: work finished after the timer stopped?")
+        self.flags += [n for n in notes if n not in self.flags]
+
+    def take_flags(self) -> list[str]:
+        out, self.flags = self.flags, []
+        return out
 
     def start(self) -> None:
         self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
@@ -72,6 +140,8 @@ class _Target:
             reply = self.worker.request(("setup", setup_cases), what="running setup()")
             if isinstance(reply, Failure):
                 self.load_failure = Failure(reply.status, f"setup failed: {reply.reason}")
+            else:
+                self._absorb(reply)
 
     def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
         """Restart the worker if a failure stopped it; the load failure if it cannot load."""
@@ -83,8 +153,11 @@ class _Target:
 
     def request(self, message, what: str):
         reply = self.worker.request(message, what=what)
-        if isinstance(reply, Failure) and self.worker.alive:
-            self.worker.stop()  # a failed call may leave the process or CUDA context broken
+        if isinstance(reply, Failure):
+            if self.worker.alive:
+                self.worker.stop()  # a failed call may leave the process or CUDA context broken
+        else:
+            self._absorb(reply)
         return reply
 
     def close(self) -> None:
@@ -113,6 +186,9 @@ class Runner:
         self.module = task.module
         self.mutable = set(getattr(self.module, "MUTABLE_INPUTS", ()))
         self.max_sets = int(getattr(self.module, "MAX_INPUT_SETS", 1 << 30))
+        # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
+        # the timed inputs ahead from the public (or even the --seed) case seeds.
+        self.nonce = secrets.randbits(62)
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -122,7 +198,7 @@ class Runner:
     def _params(self, case: Case, index: int = 0) -> dict:
         params = dict(case.params)
         base = case.seed if self.options.seed is None else derive_seed(self.options.seed, case.name)
-        params["seed"] = base if index == 0 else derive_seed(base, "timed", index)
+        params["seed"] = base if index == 0 else derive_seed(base, self.nonce, "timed", index)
         return params
 
     def _make(self, case: Case, index: int):
@@ -146,6 +222,11 @@ class Runner:
 
     # -- one case ---------------------------------------------------------------------
     def run_case(self, case: Case, sub: _Target, base: _Target | None, setup_cases) -> dict:
+        record = self._run_case(case, sub, base, setup_cases)
+        record["flags"] += [f for f in sub.take_flags() if f not in record["flags"]]
+        return record
+
+    def _run_case(self, case: Case, sub: _Target, base: _Target | None, setup_cases) -> dict:
         failure = sub.ensure_running(setup_cases)
         if failure:
             return case_record(case, failure.status, failure.reason)
@@ -153,6 +234,8 @@ class Runner:
             base = None  # reported once, in the run's notes; the case still runs
         inputs, expected, pristine = self._make(case, 0)
         reply = sub.request(("check", [inputs]), "checking the first call")
+        if not isinstance(reply, Failure) and not _well_formed(reply, timed=False):
+            reply = Failure("invalid", "the worker's reply to the first call was malformed")
         if isinstance(reply, Failure):
             return case_record(case, reply.status, reply.reason)
         verdict = self._verdict(reply[1][0], expected, inputs, pristine)
@@ -164,6 +247,8 @@ class Runner:
         base_failure = None
         if base is not None:
             reply = base.request(("check", [inputs]), "checking the baseline")
+            if not isinstance(reply, Failure) and not _well_formed(reply, timed=False):
+                reply = Failure("invalid", "malformed reply")
             bad = reply if isinstance(reply, Failure) else None
             if bad is None:
                 check = self._verdict(reply[1][0], expected, inputs, pristine)
@@ -191,56 +276,62 @@ class Runner:
     def _timed_loop(self, case, targets, series, sub) -> dict | None:
         """Timed batches, baseline then submission on the same fresh inputs, until both stop.
 
+        Each timed call is its own request: the worker never holds the inputs of a call it
+        has not been asked to make yet, so it cannot do several calls' work in one. Tasks
+        that bound the input sets alive at once (MAX_INPUT_SETS) get smaller batches, still
+        fresh: inputs are never reused, so no cache keyed on address or content can replay.
+
         Returns a failure record for the submission, or None when its samples are in.
         """
         stop = self.options.stop
-        pool = None
         index = 1
         while True:
             pending = [t for t in targets if series[id(t)].done is None and series[id(t)].failed is None]
             if not pending:
                 return None
-            count = stop.next_batch(min(len(series[id(t)].events) for t in pending))
-            if self.max_sets < count:  # memory-heavy task: cycle through a fixed pool
-                if pool is None:
-                    pool = [self._make(case, i + 1) for i in range(self.max_sets)]
-                batch = [pool[(index + i) % len(pool)] for i in range(count)]
-            else:
-                batch = [self._make(case, index + i) for i in range(count)]
+            count = min(stop.next_batch(min(len(series[id(t)].events) for t in pending)), self.max_sets)
+            batch = [self._make(case, index + i) for i in range(count)]
             index += count
             for target in pending:
                 s = series[id(target)]
-                t0 = time.perf_counter()
-                reply = target.request(("time", [b[0] for b in batch]), "timing")
-                wall = time.perf_counter() - t0
-                if isinstance(reply, Failure):
+                outs, samples, wall, failure = [], [], 0.0, None
+                for inputs, _, _ in batch:
+                    t0 = time.perf_counter()
+                    reply = target.request(("time", [inputs]), "timing")
+                    wall += time.perf_counter() - t0
+                    if not isinstance(reply, Failure) and not _well_formed(reply, timed=True):
+                        reply = Failure("invalid", "the worker's reply to a timed call was malformed")
+                    if isinstance(reply, Failure):
+                        failure = reply
+                        break
+                    outs += reply[1]
+                    samples += reply[2]
+                    del reply
+                if failure is not None:
                     if target is sub:
-                        return case_record(case, reply.status, f"timed call: {reply.reason}")
-                    s.failed = f"{reply.status}: {reply.reason}"
+                        return case_record(case, failure.status, f"timed call: {failure.reason}")
+                    s.failed = f"{failure.status}: {failure.reason}"
                     continue
-                for i, (outputs, (inputs, expected, pristine)) in enumerate(zip(reply[1], batch)):
+                for i, (outputs, (inputs, expected, pristine)) in enumerate(zip(outs, batch)):
                     check = self._verdict(outputs, expected, inputs, pristine)
                     if not check.passed:
-                        reason = f"timed call {len(s.events) + i + 1}: {check.reason}"
+                        seed = self._params(case, index - count + i)["seed"]
+                        reason = f"timed call {len(s.events) + i + 1} (seed {seed}): {check.reason}"
                         if target is sub:
                             sub.worker.stop()
                             return case_record(case, check.status, reason, check)
                         s.failed = f"{check.status}: {reason}"
                         break
-                if s.failed is None and not s.burned_in:
-                    # The first timed batch warms the pipeline (allocator segments, IPC handles):
-                    # its outputs are checked, its times are not kept.
-                    s.burned_in = True
-                elif s.failed is None:
-                    s.events += [e for e, _, _ in reply[2]]
-                    s.settles += [w for _, w, _ in reply[2]]
-                    s.hosts += [h for _, _, h in reply[2]]
-                    s.residuals.append((wall * 1e3 - sum(w for _, w, _ in reply[2])) / len(reply[2]))
+                if s.failed is None:
+                    s.events += [e for e, _, _ in samples]
+                    s.settles += [w for _, w, _ in samples]
+                    s.hosts += [h for _, _, h in samples]
+                    s.residuals.append((wall * 1e3 - sum(w for _, w, _ in samples)) / len(samples))
                     s.elapsed_s += wall
-                    s.extra_threads = max(s.extra_threads, reply[3]["extra_threads"])
+                    s.extra_threads = max(s.extra_threads, target.worker_threads)
                     s.history.append(timing.summarize(s.events).noise)
                     s.done = stop.verdict(s.events, s.elapsed_s, s.history)
-                del reply
+                del outs
             del batch
 
     def _finish(self, case, verdict, sub, base, series, flags, base_failure) -> dict:
@@ -287,6 +378,8 @@ class Runner:
         sub = _Target(str(submission), self.task, path, options, flush)
         setup_cases = [self._params(c) for c in cases]
         notes = []
+        watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
+        before = fingerprint(watched)
         try:
             for target in (sub, base):
                 if target is not None:
@@ -313,6 +406,10 @@ class Runner:
             sub.close()
             if base is not None:
                 base.close()
+        changed = changed_files(before, fingerprint(watched))
+        if changed:
+            fatal = (f"kbench's files or the Python environment changed during the run "
+                     f"({len(changed)}: {', '.join(changed[:3])}); reinstall before trusting any result")
         return run_record(self.task, suite, options, str(submission), calibration, records, notes, fatal)
 
     def _baseline_target(self, flush: int) -> _Target | None:

@@ -6,19 +6,25 @@ worker only calls, times and hands back raw output tensors. The parent checks th
 from __future__ import annotations
 
 import math
+import multiprocessing.connection
 import os
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 
+from . import channel
 from .channel import receive_trusted, send
 from .errors import ContractError
+from .tripwires import AuditLog, Watch
 
 # Captured before any submission code is imported, so later monkeypatching of these
-# names (time.perf_counter, torch.cuda.Event.elapsed_time, ...) does not reach the timer.
+# names (time.perf_counter, threading.active_count, ...) does not reach the timer; the
+# torch ones are captured in _Runner, also before the submission is loaded.
 _perf_counter = time.perf_counter
+_active_count = threading.active_count
 
 
 def _one_line(exc: BaseException, target: Path | None = None) -> str:
@@ -43,23 +49,31 @@ def classify(exc: BaseException) -> str:
 
 
 class _Runner:
-    def __init__(self, contract, entry, device: str, flush_bytes: int, target: Path,
-                 threads_before_load: set):
+    """Calls and times the entry point. Built before the submission is imported, so the torch
+    functions it holds are the real ones whatever the submission patches later."""
+
+    def __init__(self, contract, device: str, flush_bytes: int, target: Path):
         import torch
 
         self.torch = torch
         self.contract = contract
-        self.entry = entry
+        self.entry = None
         self.device = device
         self.target = target
         self.flush_elems = flush_bytes // 4
         self.cuda = device == "cuda"
+        self.clone = torch.Tensor.clone
+        self.storage = torch.Tensor.untyped_storage
+        self.empty = torch.empty
+        self.fill = torch.Tensor.fill_
         if self.cuda:
             self.sync = torch.cuda.synchronize
             self.event = torch.cuda.Event
+            self.record = torch.cuda.Event.record
             self.elapsed = torch.cuda.Event.elapsed_time
         self.prepare = getattr(contract, "prepare", lambda inputs: inputs)
-        self.threads_at_start = threads_before_load
+        self.threads_at_start = {t.ident for t in threading.enumerate()}
+        self.threads_at_return = 0   # most threads started in one call and alive when it returned
 
     def extra_threads(self) -> int:
         """Python threads started since the submission was loaded, not counting the one
@@ -69,39 +83,52 @@ class _Runner:
             return getattr(target, "__module__", "") == "multiprocessing.resource_sharer"
         return sum(1 for t in threading.enumerate() if t.ident not in self.threads_at_start and not ours(t))
 
-    def _call(self, inputs):
-        out = self.contract.call(self.entry, self.prepare(inputs))
+    def _invoke(self, args):
+        """One call; notes threads it started that are still running when it returns."""
+        before = _active_count()
+        out = self.contract.call(self.entry, args)
+        self.threads_at_return = max(self.threads_at_return, _active_count() - before)
         return out
 
-    def _outputs(self, out):
+    def _outputs(self, out, inputs):
+        """Snapshot semantics: the outputs as they are when the call (and the device) is done.
+
+        Outputs are copied right away, so a background thread or late side-stream work that
+        fills them afterwards is not seen. An output sharing memory with an input (a cache
+        updated in place) is the parent's own buffer and is sent back as it is."""
         if not isinstance(out, tuple):
             raise ContractError(f"contract returned {type(out).__name__}, expected a tuple of tensors")
         for i, t in enumerate(out):
             if type(t) is not self.torch.Tensor:
                 raise ContractError(f"output {i} is {type(t).__name__}, not a torch.Tensor")
-        return out
+        shared = {self.storage(v).data_ptr() for v in inputs.values() if type(v) is self.torch.Tensor}
+        snap = tuple(t if self.storage(t).data_ptr() in shared else self.clone(t) for t in out)
+        if self.cuda:
+            self.sync()
+        return snap
 
     def _poison_and_flush(self):
         """Overwrite a buffer >= 2x L2 with NaN and free it: L2 holds no inputs, and freed
         memory the submission's next allocation may reuse holds NaN, not old answers."""
-        scratch = self.torch.empty(self.flush_elems, device=self.device)
-        scratch.fill_(math.nan)
+        scratch = self.empty(self.flush_elems, device=self.device)
+        self.fill(scratch, math.nan)
         del scratch
 
     def check(self, inputs_list):
         outs = []
         for inputs in inputs_list:
-            out = self._call(inputs)
+            out = self._invoke(self.prepare(inputs))
             if self.cuda:
                 self.sync()
-            outs.append(self._outputs(out))
+            outs.append(self._outputs(out, inputs))
+            del out
         return outs, None
 
     def warmup(self, inputs_list, min_ms: float, max_calls: int):
         start = _perf_counter()
         calls = 0
         while calls < max_calls:
-            self._call(inputs_list[calls % len(inputs_list)])
+            self._invoke(self.prepare(inputs_list[calls % len(inputs_list)]))
             calls += 1
             if self.cuda:
                 self.sync()
@@ -126,33 +153,64 @@ class _Runner:
             if self.cuda:
                 start, end, done = (self.event(enable_timing=True) for _ in range(3))
                 self._poison_and_flush()  # last before the call: the host's window is the flush
-                start.record()
+                self.record(start)
                 t0 = _perf_counter()
-                out = self.contract.call(self.entry, args)
+                out = self._invoke(args)
                 t1 = _perf_counter()
-                end.record()
+                self.record(end)
                 self.sync()  # device-wide: work hidden on side streams is waited for here
-                done.record()
+                self.record(done)
                 self.sync()
                 samples.append((self.elapsed(start, end), self.elapsed(start, done), (t1 - t0) * 1e3))
             else:
                 t0 = _perf_counter()
-                out = self.contract.call(self.entry, args)
+                out = self._invoke(args)
                 t1 = _perf_counter()
                 samples.append(((t1 - t0) * 1e3,) * 3)
-            outs.append(self._outputs(out))
+            outs.append(self._outputs(out, inputs))
+            del out
         return outs, samples
+
+
+def _watch(runner: _Runner, contract) -> Watch:
+    """What the timer and the channel rely on; any of it replaced later is flagged."""
+    import torch
+    from multiprocessing.reduction import ForkingPickler
+
+    watch = Watch()
+    watch.add("time", time, ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
+                             "time", "time_ns", "process_time"))
+    watch.add("threading", threading, ("active_count", "enumerate"))
+    watch.add("kbench.worker", sys.modules[__name__])
+    watch.add("kbench.worker._Runner", _Runner)
+    watch.add("kbench.channel", channel)
+    watch.add("runner", runner, tuple(n for n in vars(runner) if n != "entry"))
+    watch.add("contract", contract, tuple(n for n, v in vars(contract).items() if callable(v)))
+    watch.add("Connection", multiprocessing.connection.Connection)
+    watch.add("ForkingPickler", ForkingPickler, ("dumps",))
+    watch.add("torch.Tensor", torch.Tensor, ("clone", "fill_", "untyped_storage"))
+    watch.add("torch", torch, ("empty",))
+    if runner.cuda:
+        watch.add("torch.cuda", torch.cuda, ("synchronize", "Event", "current_stream", "Stream"))
+        watch.add("torch.cuda.Event", torch.cuda.Event)
+        watch.add("torch._C", torch._C, ("_cuda_synchronize",))
+    return watch
 
 
 def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
          flush_bytes: int, extra_paths: tuple[str, ...] = ()) -> None:
     """Entry point of the spawned worker process."""
+    try:
+        os.setsid()  # own process group: the parent kills the worker and whatever it spawned
+    except OSError:
+        pass
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     target = Path(target_path).resolve()
+    audit = AuditLog([str(target.parent)], [tempfile.gettempdir()])
     try:
         import torch  # noqa: F401  (before the submission, so our captured names are the real ones)
 
@@ -164,9 +222,11 @@ def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
         if compat:
             paths.append(str((Path(contract_path).parent / compat).resolve()))
         sys.path[:0] = paths + list(extra_paths)
-        threads = {t.ident for t in threading.enumerate()}
-        entry = contract.load(target)
-        runner = _Runner(contract, entry, device, flush_bytes, target, threads)
+        runner = _Runner(contract, device, flush_bytes, target)
+        watch = _watch(runner, contract)
+        audit.add_own_dir(tempfile.gettempdir())  # the worker's private temp folder (Frontier code)
+        audit.install()
+        entry = runner.entry = contract.load(target)
     except BaseException as exc:  # noqa: BLE001 - any failure to load is reported, not raised
         send(conn, ("failed", "invalid" if isinstance(exc, ContractError) else "error",
                     "load failed: " + _one_line(exc, target)))
@@ -200,7 +260,9 @@ def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
                 reply = ("ok", *runner.time(message[1]))
             else:
                 reply = ("failed", "error", f"unknown request {kind!r}")
-            reply = reply + ({"extra_threads": runner.extra_threads()},)
+            reply = reply + ({"extra_threads": runner.extra_threads(),
+                              "threads_at_return": runner.threads_at_return,
+                              "events": audit.take(), "tampered": watch.changed()},)
         except BaseException as exc:  # noqa: BLE001
             reply = ("failed", classify(exc), _one_line(exc, target))
         send(conn, reply)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -14,6 +15,14 @@ from .channel import UnsafeReply, receive_untrusted, send
 
 _SPAWN = multiprocessing.get_context("spawn")
 LOG_TAIL_BYTES = 400
+
+
+def _user() -> str:
+    try:
+        import getpass
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return str(os.getuid())
 
 
 @dataclass
@@ -37,18 +46,25 @@ class WorkerProcess:
         self.timeout = timeout
         self.process = None
         self.conn = None
-        fd, self.log_path = tempfile.mkstemp(prefix="kbench-worker-", suffix=".log")
-        os.close(fd)
+        # One private folder per worker: its log, and its TMPDIR (the submission's temp files,
+        # Frontier code written to disk); removed by cleanup() so nothing is left behind.
+        self.tmp = tempfile.mkdtemp(prefix="kbench-worker-")
+        self.log_path = os.path.join(self.tmp, "worker.log")
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
         parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
-        saved = os.environ.get("TRITON_INTERPRET")
         # The worker inherits the environment at spawn: Triton must see this before import.
-        if self.interpret:
-            os.environ["TRITON_INTERPRET"] = "1"
-        else:
-            os.environ.pop("TRITON_INTERPRET", None)
+        env = {"TRITON_INTERPRET": "1" if self.interpret else None, "TMPDIR": self.tmp,
+               # torch's compile cache would otherwise follow TMPDIR and be lost after every run
+               "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+                   tempfile.gettempdir(), f"torchinductor_{_user()}")}
+        saved = {k: os.environ.get(k) for k in env}
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         try:
             self.process = _SPAWN.Process(
                 target=worker.main, daemon=True,
@@ -56,10 +72,11 @@ class WorkerProcess:
                       self.log_path, self.flush_bytes))
             self.process.start()
         finally:
-            if saved is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = saved
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         child_conn.close()
         self.conn = parent_conn
 
@@ -86,6 +103,7 @@ class WorkerProcess:
             self.process.join(2)
         if self.process.is_alive():
             self._kill()
+        self._kill_group()
         self.process = None
         if self.conn is not None:
             self.conn.close()
@@ -93,9 +111,13 @@ class WorkerProcess:
 
     def cleanup(self) -> None:
         self.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _kill_group(self) -> None:
+        """Processes the submission started (the worker leads its own process group)."""
         try:
-            os.unlink(self.log_path)
-        except OSError:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, TypeError, OSError):
             pass
 
     def _kill(self) -> None:
@@ -135,7 +157,7 @@ class WorkerProcess:
         while True:
             if self.conn.poll(0.05):
                 try:
-                    return receive_untrusted(self.conn)
+                    return receive_untrusted(self.conn, max(deadline - time.monotonic(), 5.0))
                 except UnsafeReply as exc:
                     self.stop()
                     return Failure("invalid", str(exc))
