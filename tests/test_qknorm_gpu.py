@@ -20,12 +20,15 @@ def test_fp32_ground_truth_matches_flashinfer(suite):
         expected = task.module.reference(inputs)
         got = []
         for x in (inputs["q"], inputs["k"]):
-            out = torch.empty(x.shape, dtype=x.dtype, device="cuda")
-            flashinfer.norm.rmsnorm(x, inputs["norm_weight"], out=out)
-            got.append(out)
+            # flashinfer takes 2D/3D inputs: 4D cases go through a (tokens, heads, dim) copy
+            flat = x if x.dim() == 3 else x.reshape(-1, *x.shape[-2:])
+            out = torch.empty(flat.shape, dtype=x.dtype, device="cuda")
+            flashinfer.norm.rmsnorm(flat, inputs["norm_weight"], out=out)
+            got.append(out.view(x.shape))
         verdict = task.module.check(tuple(got), expected, inputs)
         assert verdict.passed, (case.name, verdict.reason)
-        assert verdict.max_abs_err <= 2 * torch.finfo(x.dtype).eps * 8  # a rounding step, no more
+        # |y| stays under 8 here, so one rounding step of the dtype bounds the difference
+        assert verdict.max_abs_err <= 8 * torch.finfo(x.dtype).eps, (case.name, verdict.max_abs_err)
 
 
 @pytest.mark.parametrize("suite", ["quick", "full"])
