@@ -96,4 +96,5 @@ def receive_untrusted(conn: Connection, timeout: float = 60.0):
     except UnsafeReply:
         raise
     except Exception as exc:  # truncated or garbage bytes
-        raise UnsafeReply(f"unreadable worker reply ({type(exc).__name__}: {exc})") from exc
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UnsafeReply(f"unreadable worker reply ({type(exc).__name__}: {first})") from exc

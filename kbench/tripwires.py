@@ -75,7 +75,7 @@ class AuditLog:
     def _culprit(self):
         """The nearest frame outside the standard library if it is the submission's code, and
         whether the event came through the import system (reads made to import are fine)."""
-        frame, importing = sys._getframe(3), False
+        frame, importing = sys._getframe(2), False
         while frame is not None:
             name = frame.f_code.co_filename
             if name.startswith("<frozen") or name.startswith(_STDLIB):
