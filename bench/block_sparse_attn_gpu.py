@@ -55,6 +55,12 @@ def host_timed(entry, inputs, wake=None):
         for _ in range(8):
             torch.mm(wake, wake)
     torch.cuda.synchronize()
+    tiny = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    tiny.add_(1)  # diagnostic: how long does any launch + sync take right now?
+    torch.cuda.synchronize()
+    host_timed.noop_ms = (time.perf_counter() - t) * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t0 = time.perf_counter()
     start.record()
@@ -89,9 +95,10 @@ def native_protocol(entry, case, log):
         fresh = dict(case, seed=spec_mod.derived_seed(case["seed"], f"measure:{i}"))
         inputs = task.generate(fresh, "cuda")
         ms, out, ev, ret = host_timed(entry, inputs)
+        noop = host_timed.noop_ms
         ms_w, out_w, ev_w, _ = host_timed(entry, inputs, wake)
         lat.append(ms)
-        diag.append((ev, ret, ms_w, ev_w))
+        diag.append((ev, ret, ms_w, ev_w, noop))
         for o in (out, out_w):
             verdict = task.check(o, task.reference(inputs), inputs)
             if not verdict.passed:
@@ -114,19 +121,19 @@ def run_target(path, suites, reps, flush, log):
             torch.cuda.synchronize()
             verdict = task.check(out, task.reference(inputs), inputs)
             ev_ms, _ = event_timed(entry, inputs, reps, flush)
-            nat_ms, nat_all, bad, (nat_ev, nat_ret, warm_ms, warm_ev) = native_protocol(entry, case, log)
+            nat_ms, nat_all, bad, (nat_ev, nat_ret, warm_ms, warm_ev, noop) = native_protocol(entry, case, log)
             rf = task.roofline(case)
             records[case["name"]] = {
                 "status": "passed" if verdict.passed and not bad else "mismatch",
                 "reason": verdict.reason or bad or "", "max_abs_err": verdict.max_abs_err,
                 "event_ms": ev_ms, "native_ms": nat_ms, "native_samples_ms": nat_all,
                 "native_event_ms": nat_ev, "native_return_ms": nat_ret,
-                "native_woken_ms": warm_ms, "native_woken_event_ms": warm_ev,
+                "native_woken_ms": warm_ms, "native_woken_event_ms": warm_ev, "native_noop_ms": noop,
                 "tflops": rf["flops"] / ev_ms / 1e9, "gbps": rf["bytes"] / ev_ms / 1e6,
                 "params": case}
             r = records[case["name"]]
             log(f"  {case['name']:<18} {r['status']:<8} ev {ev_ms:6.3f} nat {nat_ms:6.3f} "
-                f"(ev {nat_ev:6.3f} ret {nat_ret:6.3f}; woken {warm_ms:6.3f} ev {warm_ev:6.3f}) "
+                f"(ev {nat_ev:6.3f} ret {nat_ret:6.3f} noop {noop:5.3f}; woken {warm_ms:6.3f} ev {warm_ev:6.3f}) "
                 f"{r['tflops']:5.0f} TF/s {r['reason'][:150]}")
             del inputs, out
         try:

@@ -15,8 +15,9 @@ two bf16 parts: measured on an H100, plain bf16 P there misses the o tolerance (
 in bf16 fails the same elements). Never TF32 (10-bit mantissa
 on the scores would miss the lse tolerance).
 
-Under TRITON_INTERPRET=1 the operands are upcast to fp32 (constexpr UPCAST): Triton's
-interpreter multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584).
+Under TRITON_INTERPRET=1 (constexpr UPCAST) the operands are upcast to fp32, since Triton's
+interpreter multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584), and the
+CSR walk is a while loop (triton 3.6's interpreter fails on range() over loaded bounds).
 
 Assumes the challenge's CSR invariants: each row sorted ascending, causal (kb <= qb),
 below ceil(seq_len/128), the diagonal block last.
@@ -75,6 +76,28 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
     return acc, m_new, l_i
 
 
+@triton.jit
+def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, offs_d, qk_scale,
+              DIAGONAL: tl.constexpr, PRECISE: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
+    """One 128-token key block, in BLOCK_N slices. DIAGONAL: mask causally when kb == qb
+    and skip slices entirely above the diagonal."""
+    for sub in tl.static_range(128 // BLOCK_N):
+        kv_tok = kb * 128 + sub * BLOCK_N + offs_n
+        off = kv_tok[:, None] * D + offs_d[None, :]
+        if DIAGONAL:
+            if kb != qb:
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                        qk_scale, False, PRECISE, UPCAST)
+            elif kb * 128 + sub * BLOCK_N < q_start + BLOCK_M:
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                        qk_scale, True, PRECISE, UPCAST)
+        else:
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                    qk_scale, False, PRECISE, UPCAST)
+    return acc, m_i, l_i
+
+
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
@@ -106,30 +129,31 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         cols = COL_IDX + bh.to(tl.int64) * NNZ
-        for j in range(row_start, row_end - 1):  # off-diagonal blocks: nothing to mask
-            kb = tl.load(cols + j)
-            for sub in tl.static_range(128 // BLOCK_N):
-                kv_tok = kb * 128 + sub * BLOCK_N + offs_n
-                off = kv_tok[:, None] * D + offs_d[None, :]
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, K + head + off, V + head + off, kv_tok, q_tok,
-                                        qk_scale, False, False, UPCAST)
-        kb = tl.load(cols + row_end - 1)  # the diagonal block: causal mask
-        # A row made of the diagonal block alone has rows with very few keys (the first
-        # tokens of a sequence): bf16 P would miss the o tolerance there.
-        alone = row_end - row_start == 1
-        for sub in tl.static_range(128 // BLOCK_N):
-            kv_tok = kb * 128 + sub * BLOCK_N + offs_n
-            off = kv_tok[:, None] * D + offs_d[None, :]
-            if kb != qb:
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, K + head + off, V + head + off, kv_tok, q_tok,
-                                        qk_scale, False, False, UPCAST)
-            elif kb * 128 + sub * BLOCK_N < q_start + BLOCK_M:  # else entirely above the diagonal
-                if alone:
-                    acc, m_i, l_i = _attend(acc, m_i, l_i, q, K + head + off, V + head + off, kv_tok,
-                                            q_tok, qk_scale, True, True, UPCAST)
-                else:
-                    acc, m_i, l_i = _attend(acc, m_i, l_i, q, K + head + off, V + head + off, kv_tok,
-                                            q_tok, qk_scale, True, False, UPCAST)
+        # Off-diagonal blocks: nothing to mask. (Interpreted: a while loop, since triton
+        # 3.6's interpreter cannot take loaded bounds in range() under numpy >= 2.4; compiled:
+        # range(), which Triton software-pipelines.)
+        if UPCAST:
+            j = row_start
+            while j < row_end - 1:
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, False,
+                                          BLOCK_M, BLOCK_N, D, UPCAST)
+                j += 1
+        else:
+            for j in range(row_start, row_end - 1):
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, False,
+                                          BLOCK_M, BLOCK_N, D, UPCAST)
+        # The diagonal block: causal mask. A row made of the diagonal block alone has rows
+        # with very few keys (the first tokens of a sequence): bf16 P would miss the o
+        # tolerance there, so P is split in two bf16 parts.
+        kb = tl.load(cols + row_end - 1)
+        if row_end - row_start == 1:
+            acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
+                                      offs_n, offs_d, qk_scale, True, True, BLOCK_M, BLOCK_N, D, UPCAST)
+        else:
+            acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
+                                      offs_n, offs_d, qk_scale, True, False, BLOCK_M, BLOCK_N, D, UPCAST)
         live = q_tok < seq_len
         o = tl.where(live[:, None], acc / l_i[:, None], 0.0)
         lse = tl.where(live, (m_i + tl.math.log2(l_i)) / 1.4426950408889634, float("-inf"))
