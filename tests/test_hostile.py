@@ -1,0 +1,189 @@
+"""The hostile corpus on CPU: every submission that tries to win by cheating gets caught.
+
+Each fixture in tests/fixtures/hostile/<task>/<exploit>/ is one published exploit; the
+table in docs/threat-model.md maps each to its defense and to the test here. Caught means
+a failing status (mismatch, invalid, error, crash, timeout) or a flag, and exit code 1.
+"""
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kbench.cli import exit_code
+from kbench.tasks import get_task
+from kbench.timing import StopRule
+from tests.helpers import FIXTURES, ROOT, run_cpu
+
+HOSTILE = FIXTURES / "hostile"
+CASE = ("b3_q5_kv2_d64_f16",)
+
+
+def run(fixture: str, task: str = "qknorm", **kw) -> dict:
+    kw.setdefault("only", CASE)
+    kw.setdefault("timeout", 20.0)
+    return run_cpu(task, HOSTILE / task / fixture, **kw)
+
+
+def caught(result: dict) -> bool:
+    return exit_code(result, None) == 1
+
+
+@pytest.mark.parametrize("fixture, status, reason", [
+    ("cache_by_shape", "mismatch", "timed call 1"),              # 1
+    ("cache_by_pointer", "mismatch", "timed call"),              # 1
+    ("lazy_subclass", "invalid", "output 0 is Lazy, not a torch.Tensor"),  # 3
+    ("filled_later", "mismatch", "NaN/inf"),                     # 3
+    ("forges_result_lines", "mismatch", "q_out: "),              # 7
+    ("writes_inherited_fds", "invalid", "unreadable worker reply"),  # 7
+    ("exits_success", "crash", "worker exited with code 0 mid-call"),  # 7
+    ("gc_reference", "mismatch", "q_out: "),                     # 8
+    ("gc_poison", "invalid", "the submission modified its input"),  # 8
+    ("zero_inputs", "invalid", "the submission modified its input"),  # 9
+    ("stale_memory", "mismatch", "q_out: "),                     # 10
+    ("constant_output", "mismatch", "q_out: "),                  # 11
+    ("low_precision", "mismatch", "elements out of tolerance"),  # 12
+    ("public_seeds", "mismatch", "timed call 1"),                # 13, public seed: caught on timed calls
+    ("detects_timing", "mismatch", "timed call 1"),              # 14
+    ("tampers_harness", "mismatch", "q_out: "),                  # 16, the worker's kbench.check is not the judge
+    ("busy_loop", "timeout", "no answer after 3 s"),             # broken: infinite loop
+])
+def test_exploit_gets_a_failing_status(fixture, status, reason):
+    result = run(fixture, timeout=3.0 if fixture == "busy_loop" else 20.0)
+    case = result["cases"][0]
+    assert (case["status"], case["latency_ms"]) == (status, None), case["reason"]
+    assert reason in case["reason"] and "\n" not in case["reason"]
+    assert "1000" not in case["reason"]  # nothing the submission printed reaches the verdict
+    assert caught(result)
+
+
+@pytest.mark.parametrize("fixture, flag", [
+    ("opens_socket", "submission connected a socket"),          # 15
+    ("reads_outside", "reference/qknorm/task.py, outside its folder"),  # 15
+    ("writes_outside", ".kbench-hostile-writes-outside for writing, outside its folder"),  # 15
+    ("spawns_process", "submission started a process ('true'"),  # 15
+])
+def test_exploit_gets_flagged(fixture, flag):
+    result = run(fixture)
+    case = result["cases"][0]
+    assert case["status"] == "passed", case["reason"]
+    assert any(flag in f for f in case["flags"]), case["flags"]
+    assert caught(result)
+
+
+def test_public_seed_special_casing_fails_the_first_call_under_a_hidden_seed():  # 13
+    case = run("public_seeds", seed=1234)["cases"][0]
+    assert case["status"] == "mismatch" and "timed call" not in case["reason"]
+
+
+def test_work_for_later_calls_cannot_be_done_ahead():  # 2
+    # Each timed call costs the fixture 50 ms unless it found the call's inputs earlier;
+    # the worker only ever holds the inputs of the call it is making, so none is free.
+    result = run("batch_ahead", stop=StopRule(noise=0.5, min_samples=4, max_samples=4, budget_s=5))
+    case = result["cases"][0]
+    assert case["status"] == "passed" and case["latency_ms"] >= 40
+
+
+def test_background_thread_output_is_not_waited_for():  # 5
+    result = run("background_thread")
+    case = result["cases"][0]
+    assert case["status"] == "mismatch"  # outputs are snapshotted when the call returns
+    assert any("still running when the call returned" in f for f in case["flags"])
+    assert caught(result)
+
+
+def test_timer_patching_is_flagged_and_has_no_effect():  # 6
+    result = run("patches_timer")
+    case = result["cases"][0]
+    assert case["status"] == "passed"
+    flags = " ".join(case["flags"])
+    for name in ("time.perf_counter", "kbench.worker._perf_counter", "_Runner._poison_and_flush"):
+        assert name in flags
+    assert case["latency_ms"] >= 15  # the fixture sleeps 20 ms per call; the real clock saw it
+    assert caught(result)
+
+
+def test_forged_reply_on_the_channel_is_rejected():  # 7
+    result = run("forges_reply")
+    assert result["cases"][0]["status"] in ("invalid", "mismatch")
+    assert caught(result)
+
+
+def test_tampering_with_the_task_files_on_disk_fails_the_run(tmp_path, monkeypatch):  # 16
+    shutil.copytree(ROOT / "reference" / "qknorm", tmp_path / "reference" / "qknorm_copy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "cases").mkdir()
+    shutil.copy(ROOT / "cases" / "qknorm.toml", tmp_path / "cases" / "qknorm_copy.toml")
+    monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
+    monkeypatch.setenv("KBENCH_HOSTILE_SANDBOX", "1")
+    result = run_cpu("qknorm_copy", HOSTILE / "qknorm" / "tampers_harness", only=CASE, timeout=20.0)
+    assert "changed during the run" in result["summary"]["fatal"]
+    assert "contract.py" in result["summary"]["fatal"]
+    assert any("contract.py for writing" in f for f in result["cases"][0]["flags"])
+    assert caught(result)
+
+
+def test_block_sparse_attn_replay_by_address_never_hits_a_reused_input():  # 1
+    # MAX_INPUT_SETS = 3: more timed calls than that used to cycle through the same inputs.
+    result = run("cache_by_pointer", task="block_sparse_attn", only=("smoke-window-1",),
+                 stop=StopRule(noise=0.5, min_samples=8, max_samples=8, budget_s=5))
+    assert result["cases"][0]["status"] == "mismatch"
+    assert caught(result)
+
+
+def test_block_sparse_attn_subprocess_is_flagged():  # 15
+    result = run("spawns_process", task="block_sparse_attn", only=("smoke-window-1",))
+    case = result["cases"][0]
+    assert case["status"] == "passed"
+    assert any("started a process" in f for f in case["flags"])
+
+
+def _marked_processes(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_nothing_is_left_behind():
+    tmp = Path(tempfile.gettempdir())
+    before = {p.name for p in tmp.glob("kbench-*")}
+    for fixture in ("spawns_process", "busy_loop"):
+        run(fixture, timeout=3.0)
+    deadline = time.monotonic() + 5
+    while _marked_processes("kbench-hostile-orphan-marker") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked_processes("kbench-hostile-orphan-marker") == []
+    assert {p.name for p in tmp.glob("kbench-*")} - before == set()
+
+
+def _cpu_cases():
+    for task, suites in (("qknorm", ("smoke", "quick", "full")), ("block_sparse_attn", ("smoke",))):
+        t = get_task(task)
+        for suite in suites:
+            for case in t.suite(suite).cases:
+                yield t, case
+
+
+def test_constant_outputs_fail_every_case():  # 11
+    for task, case in _cpu_cases():
+        inputs = task.module.generate(dict(case.params, seed=case.seed), "cpu")
+        expected = task.module.reference(inputs)
+        for fill in ("zeros", "mean", "ones"):
+            fake = []
+            for ref in expected:
+                finite = ref.float()[torch.isfinite(ref.float())]
+                value = {"zeros": 0.0, "ones": 1.0, "mean": float(finite.mean()) if finite.numel() else 0.0}[fill]
+                fake.append(torch.full_like(ref, value))
+            verdict = task.module.check(tuple(fake), expected, inputs)
+            assert not verdict.passed, f"{task.name}/{case.name}: {fill} outputs pass"
