@@ -187,3 +187,12 @@ def test_constant_outputs_fail_every_case():  # 11
                 fake.append(torch.full_like(ref, value))
             verdict = task.module.check(tuple(fake), expected, inputs)
             assert not verdict.passed, f"{task.name}/{case.name}: {fill} outputs pass"
+
+
+@pytest.mark.parametrize("task, case", [("qknorm", CASE[0]), ("block_sparse_attn", "smoke-window-1")])
+def test_bundled_solutions_pass_clean(task, case):
+    """The defenses flag nothing on a legitimate submission."""
+    result = run_cpu(task, ROOT / "submissions" / task, only=(case,), timeout=120.0)
+    rec = result["cases"][0]
+    assert rec["status"] == "passed" and rec["flags"] == [], (rec["reason"], rec["flags"])
+    assert result["summary"]["fatal"] is None and exit_code(result, None) == 0

@@ -1,0 +1,82 @@
+"""The hostile corpus on a CUDA device (skipped without one): the GPU-only exploits and
+broken submissions, and the bundled solutions passing clean under the same defenses."""
+import json
+import os
+
+import pytest
+
+from kbench.cli import exit_code
+from kbench.runner import Options, evaluate
+from kbench.tasks import get_task
+from kbench.timing import StopRule
+from tests.helpers import FIXTURES, ROOT
+
+pytestmark = pytest.mark.gpu
+HOSTILE = FIXTURES / "hostile" / "qknorm"
+CASES = ("b3_q5_kv2_d64_f16", "b2_q3_kv1_d256_bf16")
+LOG = os.environ.get("KBENCH_HOSTILE_LOG")  # where the GPU run writes each record, for the report
+
+
+def gpu_run(path, task="qknorm", suite="smoke", only=CASES[:1], **kw) -> dict:
+    defaults = dict(suite=suite, device="cuda", only=only, baseline="none", timeout=60.0,
+                    calibrate=False, warmup_ms=5.0,
+                    stop=StopRule(noise=0.5, min_samples=10, max_samples=20, budget_s=0.5))
+    defaults.update(kw)
+    result = evaluate(get_task(task), path, Options(**defaults))
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(json.dumps({"submission": str(path), "cases": [
+                {k: c[k] for k in ("case", "status", "reason", "latency_ms", "flags")} for c in result["cases"]],
+                "fatal": result["summary"]["fatal"]}) + "\n")
+    return result
+
+
+@pytest.mark.parametrize("fixture, status, reason", [
+    ("cpu_tensor", "invalid", "on cpu, expected cuda"),
+    ("illegal_memory_access", "crash", "illegal memory access"),
+    ("gpu_oom", "error", "OutOfMemoryError"),
+    ("stale_memory", "mismatch", "NaN/inf"),
+    ("background_thread", "mismatch", "q_out: "),
+])
+def test_broken_or_hostile_on_gpu(fixture, status, reason):
+    result = gpu_run(HOSTILE / fixture, only=CASES)
+    assert [c["status"] for c in result["cases"]] == [status, status]  # the second case still ran
+    assert reason in result["cases"][0]["reason"], result["cases"][0]["reason"]
+    assert exit_code(result, None) == 1
+
+
+def test_side_stream_work_past_the_timed_region_is_flagged():
+    result = gpu_run(HOSTILE / "side_stream_slow")
+    case = result["cases"][0]
+    assert case["status"] == "passed", case["reason"]
+    assert any("work hidden on another stream" in f for f in case["flags"]), case["flags"]
+    assert exit_code(result, None) == 1
+
+
+def test_side_stream_short_work():
+    """Short side-stream work launched behind the L2 flush: caught when it shows (flag or
+    mismatch); the record is logged either way (see docs/threat-model.md, what is not caught)."""
+    result = gpu_run(HOSTILE / "side_stream")
+    case = result["cases"][0]
+    if case["status"] == "passed" and not case["flags"]:
+        pytest.xfail(f"short side-stream work not detected (latency {case['latency_ms']} ms)")
+    assert exit_code(result, None) == 1
+
+
+def test_cuda_timer_patching_is_flagged_and_has_no_effect():
+    result = gpu_run(HOSTILE / "patches_timer")
+    case = result["cases"][0]
+    flags = " ".join(case["flags"])
+    assert "torch.cuda.Event.elapsed_time" in flags and "torch.cuda.synchronize" in flags
+    assert case["latency_ms"] >= 15  # the captured events still measured the 20 ms per call
+    assert exit_code(result, None) == 1
+
+
+@pytest.mark.parametrize("task, suite", [("qknorm", "quick"), ("block_sparse_attn", "quick")])
+def test_bundled_solution_passes_clean_on_gpu(task, suite):
+    first = get_task(task).suite(suite).cases[0].name
+    result = gpu_run(ROOT / "submissions" / task, task=task, suite=suite, only=(first,), calibrate=True,
+                     baseline=None)
+    case = result["cases"][0]
+    assert case["status"] == "passed" and case["flags"] == [], (case["reason"], case["flags"])
+    assert result["summary"]["fatal"] is None
