@@ -31,7 +31,8 @@ def _prefixes(paths) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-_STDLIB = _prefixes({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+# The base interpreter's library only: a venv's "platstdlib" holds its site-packages too.
+_STDLIB = _prefixes({sysconfig.get_paths()["stdlib"]})
 _LIBRARIES = _prefixes([*_STDLIB, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
                         *site.getsitepackages(), site.getusersitepackages(), sys.prefix, sys.base_prefix])
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -78,7 +79,7 @@ class AuditLog:
         frame, importing = sys._getframe(2), False
         while frame is not None:
             name = frame.f_code.co_filename
-            if name.startswith("<frozen") or name.startswith(_STDLIB):
+            if name.startswith("<frozen") or (name.startswith(_STDLIB) and "-packages" not in name):
                 importing = importing or name.startswith("<frozen importlib")
                 frame = frame.f_back
                 continue
@@ -119,7 +120,7 @@ class AuditLog:
                 return None
             path = os.path.abspath(os.fsdecode(path))
             writing = any(c in str(mode or "") for c in "wax+") or bool((flags or 0) & _WRITE_FLAGS)
-            if writing and not path.startswith(self.writable):
+            if writing and not path.startswith(self.writable) and path != os.devnull:
                 return f"opened {path} for writing, outside its folder"
             if not writing and not path.startswith(self.readable) and path != os.devnull:
                 return f"read {path}, outside its folder"
