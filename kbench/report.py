@@ -40,6 +40,8 @@ def text_report(run: dict) -> str:
             out.append(f"{r['case']}: {r['status']}: {r['reason']}")
         for flag in r["flags"]:
             out.append(f"{r['case']}: flagged: {flag}")
+        if r.get("baseline_problem"):
+            out.append(f"{r['case']}: note: {r['baseline_problem']}")
     out.extend(f"note: {n}" for n in run["notes"])
     out.append(summary_line(run))
     return "\n".join(out)

@@ -7,9 +7,7 @@ unchanged, until the stopping rule is met.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
-import site
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +19,9 @@ from .check import CheckResult
 from .errors import KbenchError
 from .records import case_record, run_record
 from .suites import Case
+from .targets import Target, changed_files, fingerprint, well_formed
 from .tasks import Task, submission_file
-from .workers import Failure, WorkerProcess
+from .workers import Failure
 
 # How far the host clock around a device-wide synchronize may exceed the event time
 # before the call is taken to hide work (side stream, background thread).
@@ -48,121 +47,6 @@ class Options:
 def derive_seed(*parts) -> int:
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") % (2**31 - 1)
-
-
-def fingerprint(paths) -> dict:
-    """Size and mtime of every file under ``paths`` (no __pycache__), and the names in each
-    site-packages folder (a new .pth or sitecustomize runs in every later Python)."""
-    out = {}
-    for root in paths:
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in files:
-                full = os.path.join(folder, name)
-                try:
-                    st = os.stat(full)
-                except OSError:
-                    continue
-                out[full] = (st.st_size, st.st_mtime_ns)
-    for folder in {*site.getsitepackages(), site.getusersitepackages()}:
-        try:
-            out[folder] = tuple(sorted(os.listdir(folder)))
-        except OSError:
-            pass
-    return out
-
-
-def changed_files(before: dict, after: dict) -> list[str]:
-    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-
-
-def _well_formed(reply, timed: bool) -> bool:
-    """A reply to one call: ("ok", [outputs], [sample] or None, info), samples three finite numbers."""
-    if len(reply) != 4 or not isinstance(reply[1], list) or len(reply[1]) != 1:
-        return False
-    if not isinstance(reply[1][0], tuple) or not all(isinstance(t, torch.Tensor) for t in reply[1][0]):
-        return False
-    if not timed:
-        return True
-    samples = reply[2]
-    return (isinstance(samples, list) and len(samples) == 1 and isinstance(samples[0], tuple)
-            and len(samples[0]) == 3 and all(type(x) in (int, float) and 0 <= x < 1e9 for x in samples[0]))
-
-
-class _Target:
-    """A submission or baseline: its worker (restarted after failures) and its samples."""
-
-    def __init__(self, label: str, task: Task, path: Path, options: Options, flush: int):
-        self.label = label
-        self.task = task
-        self.path = path
-        self.options = options
-        self.flush = flush
-        self.worker: WorkerProcess | None = None
-        self.load_failure: Failure | None = None
-        self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
-        self.worker_threads = 0      # Python threads the submission left running (last reply)
-
-    def _absorb(self, reply) -> None:
-        """Turn the tripwire report of a reply into flags. The worker is untrusted: keep only
-        short strings, and never more than a few."""
-        info = reply[-1] if isinstance(reply, tuple) and reply else None
-        if not isinstance(info, dict):
-            return
-        threads = info.get("extra_threads")
-        self.worker_threads = threads if isinstance(threads, int) else 0
-        notes = []
-        for event in list(info.get("events") or [])[:10]:
-            notes.append(f"submission {str(event)[:200]}")
-        tampered = [str(t)[:80] for t in list(info.get("tampered") or [])[:10]]
-        if tampered:
-            notes.append(f"submission replaced {', '.join(tampered)}: timer or harness tampering")
-        threads = info.get("threads_at_return")
-        if isinstance(threads, int) and threads > 0:
-            notes.append("a thread the submission started during a call was still running when the "
-                         "call returned: work finished after the timer stopped?")
-        self.flags += [n for n in notes if n not in self.flags]
-
-    def take_flags(self) -> list[str]:
-        out, self.flags = self.flags, []
-        return out
-
-    def start(self) -> None:
-        self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
-                                    flush_bytes=self.flush,
-                                    interpret=self.options.device == "cpu",
-                                    timeout=self.options.timeout)
-        self.worker.start()
-
-    def ready(self, setup_cases: list[dict]) -> None:
-        self.load_failure = self.worker.wait_ready()
-        if self.load_failure is None:
-            reply = self.worker.request(("setup", setup_cases), what="running setup()")
-            if isinstance(reply, Failure):
-                self.load_failure = Failure(reply.status, f"setup failed: {reply.reason}")
-            else:
-                self._absorb(reply)
-
-    def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
-        """Restart the worker if a failure stopped it; the load failure if it cannot load."""
-        if self.load_failure is None and not self.worker.alive:
-            self.worker.cleanup()
-            self.start()
-            self.ready(setup_cases)
-        return self.load_failure
-
-    def request(self, message, what: str):
-        reply = self.worker.request(message, what=what)
-        if isinstance(reply, Failure):
-            if self.worker.alive:
-                self.worker.stop()  # a failed call may leave the process or CUDA context broken
-        else:
-            self._absorb(reply)
-        return reply
-
-    def close(self) -> None:
-        if self.worker is not None:
-            self.worker.cleanup()
 
 
 @dataclass
@@ -221,12 +105,12 @@ class Runner:
         return self.module.check(tuple(outputs), tuple(expected), inputs)
 
     # -- one case ---------------------------------------------------------------------
-    def run_case(self, case: Case, sub: _Target, base: _Target | None, setup_cases) -> dict:
+    def run_case(self, case: Case, sub: Target, base: Target | None, setup_cases) -> dict:
         record = self._run_case(case, sub, base, setup_cases)
         record["flags"] += [f for f in sub.take_flags() if f not in record["flags"]]
         return record
 
-    def _run_case(self, case: Case, sub: _Target, base: _Target | None, setup_cases) -> dict:
+    def _run_case(self, case: Case, sub: Target, base: Target | None, setup_cases) -> dict:
         failure = sub.ensure_running(setup_cases)
         if failure:
             return case_record(case, failure.status, failure.reason)
@@ -234,7 +118,7 @@ class Runner:
             base = None  # reported once, in the run's notes; the case still runs
         inputs, expected, pristine = self._make(case, 0)
         reply = sub.request(("check", [inputs]), "checking the first call")
-        if not isinstance(reply, Failure) and not _well_formed(reply, timed=False):
+        if not isinstance(reply, Failure) and not well_formed(reply, timed=False):
             reply = Failure("invalid", "the worker's reply to the first call was malformed")
         if isinstance(reply, Failure):
             return case_record(case, reply.status, reply.reason)
@@ -247,7 +131,7 @@ class Runner:
         base_failure = None
         if base is not None:
             reply = base.request(("check", [inputs]), "checking the baseline")
-            if not isinstance(reply, Failure) and not _well_formed(reply, timed=False):
+            if not isinstance(reply, Failure) and not well_formed(reply, timed=False):
                 reply = Failure("invalid", "malformed reply")
             bad = reply if isinstance(reply, Failure) else None
             if bad is None:
@@ -256,7 +140,10 @@ class Runner:
                     bad = Failure(check.status, check.reason)
             if bad is not None:
                 base_failure = f"baseline {base.label} {bad.status}: {bad.reason}"
-                base = None
+                if base.strict or isinstance(reply, Failure):
+                    base = None
+                else:
+                    base_failure += " (timed anyway: a trusted baseline's speed is still informative)"
 
         targets = [t for t in (base, sub) if t is not None]
         series = {id(t): _Series() for t in targets}
@@ -299,7 +186,7 @@ class Runner:
                     t0 = time.perf_counter()
                     reply = target.request(("time", [inputs]), "timing")
                     wall += time.perf_counter() - t0
-                    if not isinstance(reply, Failure) and not _well_formed(reply, timed=True):
+                    if not isinstance(reply, Failure) and not well_formed(reply, timed=True):
                         reply = Failure("invalid", "the worker's reply to a timed call was malformed")
                     if isinstance(reply, Failure):
                         failure = reply
@@ -320,8 +207,9 @@ class Runner:
                         if target is sub:
                             sub.worker.stop()
                             return case_record(case, check.status, reason, check)
-                        s.failed = f"{check.status}: {reason}"
-                        break
+                        if target.strict:
+                            s.failed = f"{check.status}: {reason}"
+                            break
                 if s.failed is None and not s.burned_in:
                     # The first timed batch warms the pipeline (allocator segments, IPC handles):
                     # its outputs are checked, its times are not kept.
@@ -379,7 +267,7 @@ class Runner:
         calibration = timing.calibrate(options.device) if options.calibrate else {"device": options.device}
         flush = timing.flush_bytes(options.device)
         base = self._baseline_target(flush)
-        sub = _Target(str(submission), self.task, path, options, flush)
+        sub = Target(str(submission), self.task, path, options, flush)
         setup_cases = [self._params(c) for c in cases]
         notes = []
         watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
@@ -416,12 +304,12 @@ class Runner:
                      f"({len(changed)}: {', '.join(changed[:3])}); reinstall before trusting any result")
         return run_record(self.task, suite, options, str(submission), calibration, records, notes, fatal)
 
-    def _baseline_target(self, flush: int) -> _Target | None:
+    def _baseline_target(self, flush: int) -> Target | None:
         if self.options.baseline == "none":
             return None
         if self.options.baseline_path is not None:  # kbench compare: another submission as "baseline"
             path = submission_file(self.task, self.options.baseline_path)
-            return _Target(str(self.options.baseline_path), self.task, path, self.options, flush)
+            return Target(str(self.options.baseline_path), self.task, path, self.options, flush)
         available = self.task.baselines(self.options.device)
         if self.options.baseline is not None:
             if self.options.baseline not in getattr(self.module, "BASELINES", {}):
@@ -435,7 +323,7 @@ class Runner:
             name = next(iter(available))
         else:
             return None
-        return _Target(f"{name}", self.task, available[name], self.options, flush)
+        return Target(name, self.task, available[name], self.options, flush, strict=False)
 
 
 def evaluate(task: Task, submission: Path, options: Options) -> dict:

@@ -39,7 +39,8 @@ import torch
 from kbench.check import compare
 
 DESCRIPTION = "2x + y, a task defined inside the tests"
-BASELINES = {"eager": {"path": "eager.py", "devices": ("cpu", "cuda")}}
+BASELINES = {"eager": {"path": "eager.py", "devices": ("cpu", "cuda")},
+             "sloppy": {"path": "sloppy.py", "devices": ("cpu", "cuda")}}
 
 
 def generate(case, device):
@@ -75,6 +76,7 @@ def make_task(root):
     (code / "contract.py").write_text(textwrap.dedent(CONTRACT))
     (code / "task.py").write_text(textwrap.dedent(TASK))
     (code / "eager.py").write_text(EAGER)
+    (code / "sloppy.py").write_text("def scale_add(x, y):\n    return 2 * x + y + 1e-3\n")
     good = root / "mine"
     good.mkdir()
     (good / "submission.py").write_text("def scale_add(x, y):\n    return x + x + y\n")
@@ -103,3 +105,16 @@ def test_a_task_defined_outside_kbench_lists_and_runs(tmp_path, monkeypatch):
     result = runner.invoke(cli, ["eval", str(bad), "--device", "cpu", "--min-samples", "2", "--max-samples", "2"])
     assert result.exit_code == 1
     assert "n127: mismatch: out: " in result.output
+
+
+def test_a_baseline_that_misses_the_tolerance_is_timed_and_reported(tmp_path, monkeypatch):
+    good, _ = make_task(tmp_path)
+    monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(cli, ["eval", str(good), "--device", "cpu", "--baseline", "sloppy",
+                                      "--min-samples", "2", "--max-samples", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output  # the submission is fine; the baseline is not its fault
+    case = json.loads(out.read_text())["cases"][0]
+    assert case["speedup"] > 0 and case["baseline"] == "sloppy"
+    assert case["baseline_problem"].startswith("baseline sloppy mismatch: out: ")
+    assert "timed anyway" in case["baseline_problem"]
