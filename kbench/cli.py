@@ -106,6 +106,8 @@ def run_options(fn):
         click.option("--budget", type=float, default=2.0, show_default=True, help="Seconds of timing per case."),
         click.option("--min-samples", type=int, default=10, show_default=True),
         click.option("--max-samples", type=int, default=1000, show_default=True),
+        click.option("--cuda-graph", is_flag=True,
+                     help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
         click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON."),
         click.option("--markdown", "md_path", type=click.Path(path_type=Path),
@@ -117,6 +119,8 @@ def run_options(fn):
 
 
 def _options(kw: dict, device: str, **extra) -> Options:
+    if kw["cuda_graph"] and device != "cuda":
+        raise UsageProblem("--cuda-graph needs a CUDA device")
     budget, min_samples, max_samples = kw["budget"], kw["min_samples"], kw["max_samples"]
     if device == "cpu":  # timings are not meaningful there: a few calls are enough
         budget, min_samples, max_samples = min(budget, 1.0), min(min_samples, 3), min(max_samples, 3)
@@ -124,7 +128,7 @@ def _options(kw: dict, device: str, **extra) -> Options:
                    only=kw["only"] or None, timeout=kw["timeout"], seed=kw["seed"],
                    stop=StopRule(noise=kw["noise"], min_samples=min_samples, max_samples=max_samples,
                                  budget_s=budget),
-                   progress=_progress(kw["quiet"]), **extra)
+                   cuda_graph=kw["cuda_graph"], progress=_progress(kw["quiet"]), **extra)
 
 
 def _run(task_name, path: Path, options: Options) -> dict:

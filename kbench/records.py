@@ -97,7 +97,8 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
         "task": task.name, "suite": suite.name, "submission": submission,
         "device": calibration, "host": {"python": platform.python_version(), "node": platform.node()},
         "timing": {
-            "mode": "cuda-events" if options.device == "cuda" else "cpu-wall-clock",
+            "mode": ("cuda-graph-replay" if options.cuda_graph else "cuda-events")
+                    if options.device == "cuda" else "cpu-wall-clock",
             "meaningful": options.device == "cuda",
             "l2_flush": options.device == "cuda",
             "noise_target": options.stop.noise, "min_samples": options.stop.min_samples,

@@ -64,6 +64,8 @@ def summary_line(run: dict) -> str:
         parts.append(f"{s['flagged']} flagged")
     if s.get("fatal"):
         parts.append(f"RUN FAILED: {s['fatal']}")
+    if run["timing"]["mode"] == "cuda-graph-replay":
+        parts.append("CUDA-graph timing: replays of each captured call, host overhead excluded")
     if not run["timing"]["meaningful"]:
         parts.append("CPU mode: correctness only, timings are not meaningful")
     return "; ".join(parts)

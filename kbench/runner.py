@@ -40,6 +40,7 @@ class Options:
     seed: int | None = None            # root seed: every case gets a hidden seed from it
     stop: timing.StopRule = field(default_factory=timing.StopRule)
     warmup_ms: float = 25.0
+    cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
     progress: object = None            # callable(str) for progress lines, or None
 
@@ -184,7 +185,7 @@ class Runner:
                 outs, samples, wall, failure = [], [], 0.0, None
                 for inputs, _, _ in batch:
                     t0 = time.perf_counter()
-                    reply = target.request(("time", [inputs]), "timing")
+                    reply = target.request(("time", [inputs], self.options.cuda_graph), "timing")
                     wall += time.perf_counter() - t0
                     if not isinstance(reply, Failure) and not well_formed(reply, timed=True):
                         reply = Failure("invalid", "the worker's reply to a timed call was malformed")

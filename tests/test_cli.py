@@ -45,6 +45,7 @@ def test_show_lists_the_20_original_cases_in_order():
     (["eval", "submissions/qknorm", "--suite", "nope"], "Error: unknown suite 'nope' for task qknorm"),
     (["eval", "submissions/qknorm", "--task", "nope"], "Error: unknown task 'nope'"),
     (["show", "nope"], "Error: unknown task 'nope'"),
+    (["eval", "submissions/qknorm", "--cuda-graph"], "Error: --cuda-graph needs a CUDA device"),
     (["eval", str(FIXTURES / "qknorm" / "no_entry_point")], "Error: cannot tell the task of"),
     (["eval", "tests", "--task", "qknorm"], "Error: tests: no submission.py or solution.py for task qknorm"),
 ])

@@ -39,3 +39,12 @@ def test_bundled_solution_passes_unflagged(suite):
            if c["status"] != "passed" or c["flags"]]
     assert bad == []
     assert run["baseline"] == "flashinfer" and run["summary"]["geomean_speedup"] is not None
+
+
+def test_cuda_graph_mode_is_labelled_and_times_the_replay():
+    options = Options(suite="quick", device="cuda", only=("kv8_q32_d128_b1",), cuda_graph=True,
+                      stop=StopRule(budget_s=0.3))
+    run = evaluate(task, ROOT / "submissions" / "qknorm", options)
+    case = run["cases"][0]
+    assert run["timing"]["mode"] == "cuda-graph-replay"
+    assert case["status"] == "passed" and case["latency_ms"] < 0.05
