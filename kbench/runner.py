@@ -27,6 +27,9 @@ from .workers import Failure
 # before the call is taken to hide work (side stream, background thread).
 HIDDEN_WORK_RATIO = 1.5
 HIDDEN_WORK_SLACK_MS = 0.05
+# A submission that does later calls' work during the first call of a batch makes that call
+# carry most of the batch's time, batch after batch; random host hiccups do not.
+AHEAD_SHARE = 0.5
 
 
 @dataclass
@@ -61,6 +64,8 @@ class _Series:
     done: str | None = None       # why sampling stopped
     failed: str | None = None     # why this target's timing was abandoned
     burned_in: bool = False       # the first timed batch has run (and was not kept)
+    batches: int = 0              # timed batches of 4+ calls, burn-in included
+    dominated: int = 0            # of those, batches where one call took most of the time
     extra_threads: int = 0
 
 
@@ -164,10 +169,13 @@ class Runner:
     def _timed_loop(self, case, targets, series, sub) -> dict | None:
         """Timed batches, baseline then submission on the same fresh inputs, until both stop.
 
-        Each timed call is its own request: the worker never holds the inputs of a call it
-        has not been asked to make yet, so it cannot do several calls' work in one. Tasks
-        that bound the input sets alive at once (MAX_INPUT_SETS) get smaller batches, still
-        fresh: inputs are never reused, so no cache keyed on address or content can replay.
+        A batch is one request: its calls run back to back in the worker, so the device
+        stays busy at its working clocks and only the flush separates the calls (one request
+        per call left the GPU idle between calls and inflated every figure several times
+        over on the H100). The price: the worker holds a whole batch's inputs during its
+        first call, so a submission could do later calls' work early; that shows as one
+        call carrying most of each batch's time, which _finish flags (see AHEAD_SHARE).
+        Inputs are never reused, so no cache keyed on address or content can replay.
 
         Returns a failure record for the submission, or None when its samples are in.
         """
@@ -182,24 +190,18 @@ class Runner:
             index += count
             for target in pending:
                 s = series[id(target)]
-                outs, samples, wall, failure = [], [], 0.0, None
-                for inputs, _, _ in batch:
-                    t0 = time.perf_counter()
-                    reply = target.request(("time", [inputs], self.options.cuda_graph), "timing")
-                    wall += time.perf_counter() - t0
-                    if not isinstance(reply, Failure) and not well_formed(reply, timed=True):
-                        reply = Failure("invalid", "the worker's reply to a timed call was malformed")
-                    if isinstance(reply, Failure):
-                        failure = reply
-                        break
-                    outs += reply[1]
-                    samples += reply[2]
-                    del reply
-                if failure is not None:
+                t0 = time.perf_counter()
+                reply = target.request(("time", [b[0] for b in batch], self.options.cuda_graph), "timing")
+                wall = time.perf_counter() - t0
+                if not isinstance(reply, Failure) and not well_formed(reply, timed=True, calls=count):
+                    reply = Failure("invalid", "the worker's reply to a timed batch was malformed")
+                if isinstance(reply, Failure):
                     if target is sub:
-                        return case_record(case, failure.status, f"timed call: {failure.reason}")
-                    s.failed = f"{failure.status}: {failure.reason}"
+                        return case_record(case, reply.status, f"timed call: {reply.reason}")
+                    s.failed = f"{reply.status}: {reply.reason}"
                     continue
+                outs, samples = reply[1], reply[2]
+                del reply
                 for i, (outputs, (inputs, expected, pristine)) in enumerate(zip(outs, batch)):
                     check = self._verdict(outputs, expected, inputs, pristine)
                     if not check.passed:
@@ -211,6 +213,10 @@ class Runner:
                         if target.strict:
                             s.failed = f"{check.status}: {reason}"
                             break
+                if s.failed is None and count >= 4:
+                    events = [e for e, _, _ in samples]
+                    s.batches += 1
+                    s.dominated += max(events) > AHEAD_SHARE * sum(events)
                 if s.failed is None and not s.burned_in:
                     # The first timed batch warms the pipeline (allocator segments, IPC handles):
                     # its outputs are checked, its times are not kept.
@@ -236,6 +242,12 @@ class Runner:
             flags.append(f"the device settled after {settles.median:.4g} ms but the timed stream after "
                          f"{events.median:.4g} ms: work hidden on another stream; latency taken as the former")
             latency = settles
+        if s.batches >= 2 and s.dominated >= max(2, 0.75 * s.batches):
+            mean = sum(s.events) / len(s.events)
+            flags.append(f"in {s.dominated} of {s.batches} timed batches one call took over half the "
+                         f"batch's time: work done ahead for later calls? latency taken as the mean "
+                         f"({mean:.4g} ms, median {events.median:.4g} ms)")
+            latency = timing.Summary(latency.n, mean, latency.q1, latency.q3, latency.ci_low, latency.ci_high)
         if s.extra_threads > 0:
             flags.append(f"submission left {s.extra_threads} Python thread(s) running")
         b = series.get(id(base)) if base is not None else None

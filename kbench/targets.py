@@ -38,17 +38,19 @@ def changed_files(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def well_formed(reply, timed: bool) -> bool:
-    """A reply to one call: ("ok", [outputs], [sample] or None, info), samples three finite numbers."""
-    if len(reply) != 4 or not isinstance(reply[1], list) or len(reply[1]) != 1:
+def well_formed(reply, timed: bool, calls: int = 1) -> bool:
+    """A reply to ``calls`` calls: ("ok", [outputs] * calls, [sample] * calls or None, info),
+    each output a tuple of tensors, each sample three finite non-negative numbers."""
+    if len(reply) != 4 or not isinstance(reply[1], list) or len(reply[1]) != calls:
         return False
-    if not isinstance(reply[1][0], tuple) or not all(isinstance(t, torch.Tensor) for t in reply[1][0]):
+    if not all(isinstance(o, tuple) and all(isinstance(t, torch.Tensor) for t in o) for o in reply[1]):
         return False
     if not timed:
         return True
     samples = reply[2]
-    return (isinstance(samples, list) and len(samples) == 1 and isinstance(samples[0], tuple)
-            and len(samples[0]) == 3 and all(type(x) in (int, float) and 0 <= x < 1e9 for x in samples[0]))
+    return (isinstance(samples, list) and len(samples) == calls
+            and all(isinstance(x, tuple) and len(x) == 3
+                    and all(type(v) in (int, float) and 0 <= v < 1e9 for v in x) for x in samples))
 
 
 class Target:
