@@ -32,3 +32,16 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def load_sibling(folder, stem: str) -> ModuleType:
+    """``<folder>/<stem>.py``, imported once per process under a private name.
+
+    Task code is loaded by path, never as a package; this lets it split into files and
+    still give every importer the same module object (one class, one cache)."""
+    path = (Path(folder) / f"{stem}.py").resolve()
+    name = f"_kbench_{path.parent.name}_{stem}"
+    module = sys.modules.get(name)
+    if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
+        module = load_module(path, name)
+    return module

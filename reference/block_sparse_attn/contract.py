@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbench.errors import ContractError
-from kbench.loader import load_module
+from kbench.loader import load_module, load_sibling
 
 ENTRY_POINTS = ("block_sparse_attn_fwd", "VARIANT_MANIFEST")
 SUBMISSION_FILES = ("submission.py",)
@@ -29,18 +29,11 @@ SETUP_BUDGET_S = 30.0
 _HERE = Path(__file__).resolve().parent
 
 
-def _sibling(stem: str):
-    path = _HERE / f"{stem}.py"
-    name = f"_kbench_block_sparse_attn_{stem}"
-    module = sys.modules.get(name)
-    if module is None or Path(getattr(module, "__file__", "")).resolve() != path:
-        module = load_module(path, name)
-    return module
 
 
-spec_mod = _sibling("spec")
-gen_mod = _sibling("generate")
-guard_mod = _sibling("guard")
+spec_mod = load_sibling(_HERE, "spec")
+gen_mod = load_sibling(_HERE, "generate")
+guard_mod = load_sibling(_HERE, "guard")
 
 
 @dataclass

@@ -8,25 +8,17 @@ torch.Generator seeded with ``seed``, three float32 randn draws cast to bfloat16
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from kbench.loader import load_module
+from kbench.loader import load_sibling
 
 
-def _sibling(stem: str):
-    path = Path(__file__).resolve().parent / f"{stem}.py"
-    name = f"_kbench_block_sparse_attn_{stem}"
-    module = sys.modules.get(name)
-    if module is None or Path(getattr(module, "__file__", "")).resolve() != path:
-        module = load_module(path, name)
-    return module
 
 
-spec_mod = _sibling("spec")
+spec_mod = load_sibling(Path(__file__).resolve().parent, "spec")
 BLOCK_SIZE, HEAD_DIM = spec_mod.BLOCK_SIZE, spec_mod.HEAD_DIM
 
 

@@ -7,29 +7,20 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import sys
 from pathlib import Path
 
-import torch
 
 from kbench.check import combine, compare
-from kbench.loader import load_module
+from kbench.loader import load_sibling
 
 DESCRIPTION = "block-sparse causal attention fwd, bf16, 128-token blocks, CSR (attention-kernel challenge)"
 
 
-def _sibling(stem: str):
-    path = Path(__file__).resolve().parent / f"{stem}.py"
-    name = f"_kbench_block_sparse_attn_{stem}"
-    module = sys.modules.get(name)
-    if module is None or Path(getattr(module, "__file__", "")).resolve() != path:
-        module = load_module(path, name)
-    return module
 
 
-spec_mod = _sibling("spec")
-gen_mod = _sibling("generate")
-truth = _sibling("ground_truth")
+spec_mod = load_sibling(Path(__file__).resolve().parent, "spec")
+gen_mod = load_sibling(Path(__file__).resolve().parent, "generate")
+truth = load_sibling(Path(__file__).resolve().parent, "ground_truth")
 
 O_TOL = {"atol": 1e-3, "rtol": 1e-2}
 LSE_TOL = {"atol": 1e-5, "rtol": 1e-5}

@@ -6,18 +6,13 @@ same numbers; see tests/test_mla_decode.py).
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
 
-_key = "_kbench_mla_decode__load"
-if _key not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent / "_load.py")
-    sys.modules[_key] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_key])
-_model = sys.modules[_key].sibling("mla_model")
+from kbench.loader import load_sibling
+
+_model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 
 @torch.no_grad()

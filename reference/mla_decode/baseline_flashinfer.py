@@ -10,19 +10,14 @@ the rotated k_pe pages are built with PyTorch ops each call.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import torch
 
-_key = "_kbench_mla_decode__load"
-if _key not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent / "_load.py")
-    sys.modules[_key] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_key])
-_model = sys.modules[_key].sibling("mla_model")
+from kbench.loader import load_sibling
+
+_model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 PAGE = 64
 CONTIGUOUS_CKV = False  # True: copy the ckv pages out of the interleaved buffer each call

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from kbench.loader import load_sibling
+
 from kbench.errors import ContractError
 
 ENTRY_POINTS = ("custom_kernel",)
@@ -18,12 +20,7 @@ SUBMISSION_FILES = ("submission.py", "solution.py")
 COMPAT_DIR = "compat"
 
 _HERE = Path(__file__).resolve().parent
-_key = "_kbench_mla_decode__load"
-if _key not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_key, _HERE / "_load.py")
-    sys.modules[_key] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_key])
-_model = sys.modules[_key].sibling("mla_model")
+_model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 CONFIG_INTS = ("batch_size", "dim", "n_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                "qk_rope_head_dim", "v_head_dim", "max_seq_len")

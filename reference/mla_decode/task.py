@@ -5,21 +5,16 @@ One decode step of DeepSeek-V3 multi-head latent attention, GPU MODE amd-mla-dec
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import torch
 
+from kbench.loader import load_sibling
+
 from kbench.check import CheckResult, combine, compare
 
-_key = "_kbench_mla_decode__load"
-if _key not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent / "_load.py")
-    sys.modules[_key] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_key])
-_model = sys.modules[_key].sibling("mla_model")
+_model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 DESCRIPTION = "DeepSeek-V3 MLA decode step: projections, latent KV append, 128-head attention (GPU MODE amd-mla-decode)"
 

@@ -5,19 +5,14 @@ Only code lives here: the worker never sees an expected output.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
+
+from kbench.loader import load_sibling
 from torch import nn
 
-_key = "_kbench_mla_decode__load"
-if _key not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_key, Path(__file__).resolve().parent.parent / "_load.py")
-    sys.modules[_key] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_key])
-_model = sys.modules[_key].sibling("mla_model")
+_model = load_sibling(Path(__file__).resolve().parent.parent, "mla_model")
 
 RoPE = _model.RoPE
 KVCache = _model.KVCache
