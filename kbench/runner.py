@@ -258,7 +258,9 @@ class Runner:
             # own cost per call (flush, channel); the baseline runs the same worker code, so a
             # submission whose residual is far larger reported less time than it took.
             excess = min(s.residuals) - min(b.residuals)
-            if excess > 3 * settles.median + 0.1:
+            # Floor of 0.5 ms: the bundled qknorm solution showed 0.385 ms on the H100
+            # against flashinfer (output sizes and IPC hand-back differ per target).
+            if excess > 3 * settles.median + 0.5:
                 flags.append(f"the parent's clock saw {excess:.3g} ms per call more than the worker "
                              f"reported ({settles.median:.3g} ms): timer tampering?")
         base_summary = timing.summarize(b.events) if b is not None and b.events else None
