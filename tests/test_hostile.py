@@ -22,10 +22,20 @@ HOSTILE = FIXTURES / "hostile"
 CASE = ("b3_q5_kv2_d64_f16",)
 
 
+def _with_torch_attention(fixture: str) -> Path:
+    """block_sparse_attn fixtures wrap the original-style PyTorch submission: it is copied
+    next to them as attn.py (a submission may import only its own files)."""
+    folder = Path(tempfile.mkdtemp(prefix="kbench-hostile-")) / fixture
+    shutil.copytree(HOSTILE / "block_sparse_attn" / fixture, folder)
+    shutil.copy(FIXTURES / "block_sparse_attn" / "torch_submission" / "submission.py", folder / "attn.py")
+    return folder
+
+
 def run(fixture: str, task: str = "qknorm", **kw) -> dict:
     kw.setdefault("only", CASE)
     kw.setdefault("timeout", 20.0)
-    return run_cpu(task, HOSTILE / task / fixture, **kw)
+    path = _with_torch_attention(fixture) if task == "block_sparse_attn" else HOSTILE / task / fixture
+    return run_cpu(task, path, **kw)
 
 
 def caught(result: dict) -> bool:
