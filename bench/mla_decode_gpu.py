@@ -10,7 +10,6 @@ region, interleaved; prints a table and writes it, with a JSON log, under --out.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -25,19 +24,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from kbench.loader import load_module  # noqa: E402  (after the checkout is on the path)
 REF = ROOT / "reference" / "mla_decode"
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
-task = load(REF / "task.py", "mla_task")
-contract = load(REF / "contract.py", "mla_contract")
+task = load_module(REF / "task.py", "mla_task")
+contract = load_module(REF / "contract.py", "mla_contract")
 model = sys.modules["_kbench_mla_decode_mla_model"]
 
 
@@ -125,7 +119,7 @@ def main():
 
     sub = contract.load(ROOT / "submissions" / "mla_decode")
     sub_mod = [m for n, m in sys.modules.items() if n.startswith("_kbench_submission_")][-1]
-    fi_mod = load(REF / "baseline_flashinfer.py", "mla_fi")
+    fi_mod = load_module(REF / "baseline_flashinfer.py", "mla_fi")
     eager = contract.load(REF / "baseline_eager.py")
     cases = tomllib.load(open(ROOT / "cases" / "mla_decode.toml", "rb"))["suites"]["full"]["cases"]
     if args.cases:

@@ -1,7 +1,6 @@
 """mla_decode: generator, ground truth, checker, contract, bundled solution (CPU; GPU tests marked)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -12,22 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from kbench.loader import load_module
+
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reference" / "mla_decode"
 SUITES = tomllib.loads((ROOT / "cases" / "mla_decode.toml").read_text())["suites"]
 SMOKE = SUITES["smoke"]["cases"]
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
-task = _load(REF / "task.py", "_test_mla_task")
-contract = _load(REF / "contract.py", "_test_mla_contract")
+task = load_module(REF / "task.py", "_test_mla_task")
+contract = load_module(REF / "contract.py", "_test_mla_contract")
 model = sys.modules["_kbench_mla_decode_mla_model"]
 
 
@@ -307,7 +302,7 @@ GPU_PROBE = {
 def test_gpu_inputs_bit_exact_against_original_recipe():
     case = SUITES["full"]["cases"][0]
     inp = task.generate(case, "cuda")
-    bench = _load(ROOT / "bench" / "mla_decode_gpu.py", "_test_mla_bench")
+    bench = load_module(ROOT / "bench" / "mla_decode_gpu.py", "_test_mla_bench")
     w, x, pre = bench.original_recipe(case["batchsize"], case["dim"], case["dq"], case["prefill"], case["seed"])
     for name, t in zip(model.WEIGHTS, w):
         assert torch.equal(inp[name], t), name
