@@ -9,6 +9,21 @@ from .errors import KbenchError
 
 Z95 = 1.96
 SAME_WITHIN = 0.02   # an interval inside +-2% of 1.0 is "the same" for practical purposes
+# How far one case's median moves between runs of the same code on the same card, beyond
+# what its own samples show (allocation placement, clocks): relative, and absolute for
+# kernels of a few microseconds. Measured on the H100 (docs/measurement.md, "Comparing").
+REPRO_REL = 0.01
+REPRO_ABS_MS = 0.1e-3
+# How far a whole run moves against another (all cases together); cancelled when both runs
+# timed the same baseline beside the submission and the ratio is taken against it.
+RUN_DRIFT = 0.01
+
+
+def effective_noise(ms: float, noise: float | None) -> float:
+    """A median's relative standard error for comparing across workers or runs: its own
+    sampling error and the protocol's reproducibility floor."""
+    floor = max(REPRO_REL, REPRO_ABS_MS / ms) if ms else REPRO_REL
+    return math.sqrt((noise or 0.0) ** 2 + floor ** 2)
 
 
 def load_result(path: Path) -> dict:
@@ -43,7 +58,8 @@ def verdict(lo: float, hi: float) -> str:
 
 
 def _side(case: dict, prefix: str) -> tuple:
-    """(status, latency_ms, noise) of one side of a case record."""
+    """(status, latency_ms, noise) of one side of a case record; ``prefix`` "baseline" reads
+    the baseline's, "case" the submission's."""
     if prefix == "baseline":
         if case.get("baseline_latency_ms") is not None:
             status = "passed"
@@ -55,24 +71,38 @@ def _side(case: dict, prefix: str) -> tuple:
     return case["status"], case.get("latency_ms"), case.get("noise")
 
 
-def compare_cases(pairs: list[tuple[str, tuple, tuple]]) -> dict:
-    """``pairs``: (case, (status, ms, noise) of A, same of B) -> rows and a geomean summary."""
+def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None = None,
+                  run_drift: float = 0.0) -> dict:
+    """``pairs``: (case, (status, ms, noise) of A, same of B) -> rows and a geomean summary.
+
+    ``controls``: per case, ((ms, noise) of A's baseline, same of B's) when both runs timed the
+    same baseline beside the submission: the ratio is then taken against it, which cancels
+    drift between the runs. ``run_drift``: uncertainty shared by every case (two runs
+    compared without a control)."""
     rows, logs, ses = [], [], []
     for name, (sa, ma, na), (sb, mb, nb) in pairs:
         row = {"case": name, "a_status": sa, "b_status": sb, "a_ms": ma, "b_ms": mb,
                "ratio": None, "ratio_ci95": None, "verdict": "FAILED"}
         if sa == "passed" and sb == "passed" and ma and mb:
-            r, lo, hi = ratio_interval(ma, na, mb, nb)
+            ea, eb = effective_noise(ma, na), effective_noise(mb, nb)
+            r, lo, hi = ratio_interval(ma, ea, mb, eb)
+            control = (controls or {}).get(name)
+            if control:
+                (ca, nca), (cb, ncb) = control
+                drift = cb / ca
+                r, lo, hi = ratio_interval(ma, math.hypot(ea, effective_noise(ca, nca)),
+                                           mb / drift, math.hypot(eb, effective_noise(cb, ncb)))
+                row["baseline_drift"] = round(drift, 4)
             row.update(ratio=round(r, 4), ratio_ci95=[round(lo, 4), round(hi, 4)], verdict=verdict(lo, hi))
             logs.append(math.log(r))
-            ses.append(math.sqrt((na or 0) ** 2 + (nb or 0) ** 2))
+            ses.append((math.log(hi) - math.log(lo)) / (2 * Z95))
         rows.append(row)
     summary = {"cases": len(rows), "compared": len(logs),
                "failed": sum(r["verdict"] == "FAILED" for r in rows),
                "geomean_ratio": None, "geomean_ratio_ci95": None, "verdict": None}
     if logs:
         mean = sum(logs) / len(logs)
-        se = math.sqrt(sum(s * s for s in ses)) / len(logs)
+        se = math.hypot(math.sqrt(sum(s * s for s in ses)) / len(logs), run_drift)
         lo, hi = math.exp(mean - Z95 * se), math.exp(mean + Z95 * se)
         summary.update(geomean_ratio=round(math.exp(mean), 4), geomean_ratio_ci95=[round(lo, 4), round(hi, 4)],
                        verdict=verdict(lo, hi))
@@ -84,7 +114,7 @@ def compare_runs(run_a: dict, run_b: dict) -> dict:
     if run_a["task"] != run_b["task"]:
         raise KbenchError(f"cannot compare task {run_a['task']} with task {run_b['task']}")
     b_cases = {c["case"]: c for c in run_b["cases"]}
-    pairs = []
+    pairs, controls = [], {}
     for ca in run_a["cases"]:
         cb = b_cases.get(ca["case"])
         if cb is None:
@@ -92,10 +122,18 @@ def compare_runs(run_a: dict, run_b: dict) -> dict:
         if ca["params"] != cb["params"]:
             raise KbenchError(f"case {ca['case']} has different parameters in the two results")
         pairs.append((ca["case"], _side(ca, "case"), _side(cb, "case")))
+        if ca.get("baseline") and ca.get("baseline") == cb.get("baseline") \
+                and ca.get("baseline_latency_ms") and cb.get("baseline_latency_ms"):
+            controls[ca["case"]] = ((ca["baseline_latency_ms"], ca.get("baseline_noise")),
+                                    (cb["baseline_latency_ms"], cb.get("baseline_noise")))
     if not pairs:
         raise KbenchError("the two results share no case")
-    out = compare_cases(pairs)
+    # Against the baseline timed beside each only when every compared case has it: one rule
+    # for the whole table.
+    normalized = len(controls) == len(pairs)
+    out = compare_cases(pairs, controls if normalized else None, 0.0 if normalized else RUN_DRIFT)
     out["summary"]["interleaved"] = False
+    out["summary"]["normalized_by"] = ca.get("baseline") if normalized else None
     warn = []
     if run_a.get("device", {}).get("name") != run_b.get("device", {}).get("name"):
         warn.append(f"different devices: {run_a['device'].get('name')} vs {run_b['device'].get('name')}")

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 from . import __version__
 from .check import CheckResult
+from .detectors import below_floor
 
 STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout")
 
@@ -17,7 +18,7 @@ def _r(x, digits=6):
 
 def case_record(case, status: str, reason: str, check: CheckResult | None = None, *,
                 latency=None, host=None, baseline=None, baseline_latency=None, flags=(),
-                baseline_failure=None) -> dict:
+                notes=(), baseline_failure=None) -> dict:
     """A case's outcome. Invariant: a passed case has a latency; any other status has none."""
     assert status in STATUSES, status
     rec = {
@@ -27,7 +28,7 @@ def case_record(case, status: str, reason: str, check: CheckResult | None = None
         "latency_ms": None, "latency_q1_ms": None, "latency_q3_ms": None,
         "latency_ci95_ms": None, "noise": None, "samples": 0, "host_ms": None,
         "baseline": baseline, "baseline_latency_ms": None, "baseline_ci95_ms": None,
-        "baseline_samples": 0, "baseline_noise": None, "speedup": None, "flags": list(flags),
+        "baseline_samples": 0, "baseline_noise": None, "speedup": None, "flags": list(flags), "notes": list(notes),
         "baseline_problem": baseline_failure,
     }
     if status == "passed" and latency is not None:
@@ -63,9 +64,9 @@ def add_roofline(rec: dict, roof: dict, calibration: dict) -> None:
     rec["tflops"] = _r(flops / (lat * 1e-3) / 1e12, 2) if lat and flops else None
     rec["pct_of_copy_bw"] = _r(100 * rec["gbps"] / gbps, 1) if lat and gbps else None
     rec["roofline_fraction"] = _r(floor_ms / lat, 4) if lat and floor_ms else None
-    if lat and floor_ms and lat < 0.9 * floor_ms:
-        rec["flags"].append(f"faster than physically possible ({lat:.4g} ms < floor {floor_ms:.4g} ms): "
-                            "a bug or a cheat")
+    flag = below_floor(lat, floor_ms)
+    if flag:
+        rec["flags"].append(flag)
 
 
 def summarize_run(records: list[dict]) -> dict:

@@ -91,6 +91,8 @@ def compare_report(result: dict, markdown: bool = False) -> str:
     table = tabulate(rows, headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
     s = result["summary"]
     how = "interleaved in one run" if s.get("interleaved") else "from saved results"
+    if s.get("normalized_by"):
+        how += f"; B/A taken against the {s['normalized_by']} baseline timed beside each, which cancels drift between runs"
     if s["geomean_ratio"] is not None:
         lo, hi = s["geomean_ratio_ci95"]
         line = (f"B/A geomean time {s['geomean_ratio']:.3f} (95% CI {lo:.3f}-{hi:.3f}): {s['verdict']}; "

@@ -1,8 +1,10 @@
 """Runs a suite: inputs and ground truth in this (trusted) process, submissions in workers.
 
-For each case: one checked call, a warm-up, then timed batches on fresh inputs with the
-baseline and the submission interleaved, every timed output checked, inputs checked
-unchanged, until the stopping rule is met.
+For each case: one checked call, a warm-up, then rounds of timed calls until the stop
+rule is met. A round is one fresh input set, made here, and one timed call of each
+target on it (baseline and submission alternate who goes first), each call its own
+request: the worker never holds the inputs of a later call. Every timed output is
+checked and the inputs are checked unchanged. docs/measurement.md has the reasons.
 """
 from __future__ import annotations
 
@@ -14,22 +16,14 @@ from pathlib import Path
 
 import torch
 
-from . import timing
+from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
+from .protocol import Failure
 from .records import case_record, run_record
 from .suites import Case
-from .targets import Target, changed_files, fingerprint, well_formed
+from .targets import Target, changed_files, fingerprint
 from .tasks import Task, submission_file
-from .workers import Failure
-
-# How far the host clock around a device-wide synchronize may exceed the event time
-# before the call is taken to hide work (side stream, background thread).
-HIDDEN_WORK_RATIO = 1.5
-HIDDEN_WORK_SLACK_MS = 0.05
-# A submission that does later calls' work during the first call of a batch makes that call
-# carry most of the batch's time, batch after batch; random host hiccups do not.
-AHEAD_SHARE = 0.5
 
 
 @dataclass
@@ -55,18 +49,26 @@ def derive_seed(*parts) -> int:
 
 @dataclass
 class _Series:
-    events: list[float] = field(default_factory=list)
-    settles: list[float] = field(default_factory=list)   # start event to after a device-wide sync
-    hosts: list[float] = field(default_factory=list)     # host time inside the call
-    residuals: list[float] = field(default_factory=list)  # per batch: (parent clock - reported) / calls
-    history: list[float] = field(default_factory=list)
-    elapsed_s: float = 0.0
+    """One target's timed calls on one case."""
+
+    device: list[float] = field(default_factory=list)   # event time on the caller's stream
+    settle: list[float] = field(default_factory=list)   # start event to all streams idle
+    host: list[float] = field(default_factory=list)     # host time inside the call
+    held: int = 0                 # calls fully enqueued before the device reached them
+    misses: int = 0               # tries discarded because the gate was too short
     done: str | None = None       # why sampling stopped
     failed: str | None = None     # why this target's timing was abandoned
-    burned_in: bool = False       # the first timed batch has run (and was not kept)
-    batches: int = 0              # timed batches of 4+ calls, burn-in included
-    dominated: int = 0            # of those, batches where one call took most of the time
-    extra_threads: int = 0
+
+    def add(self, sample) -> None:
+        self.device.append(sample.device_ms)
+        self.settle.append(sample.settle_ms)
+        self.host.append(sample.host_ms)
+        self.held += sample.held
+        self.misses += sample.misses
+
+    @property
+    def active(self) -> bool:
+        return self.done is None and self.failed is None
 
 
 class Runner:
@@ -75,7 +77,6 @@ class Runner:
         self.options = options
         self.module = task.module
         self.mutable = set(getattr(self.module, "MUTABLE_INPUTS", ()))
-        self.max_sets = int(getattr(self.module, "MAX_INPUT_SETS", 1 << 30))
         # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
@@ -92,23 +93,38 @@ class Runner:
         return params
 
     def _make(self, case: Case, index: int):
-        inputs = self.module.generate(self._params(case, index), self.options.device)
+        """Inputs, ground truth and a copy of every input the call must not change. Timed
+        calls use the task's ``generate_timed`` where it has one (same distribution, made
+        on the device: a heavy task's host generator would dominate the run)."""
+        timed = getattr(self.module, "generate_timed", None) if index else None
+        if timed is not None:
+            inputs = timed(self._params(case), self.options.device, self._params(case, index)["seed"])
+        else:
+            inputs = self.module.generate(self._params(case, index), self.options.device)
         expected = self.module.reference(inputs)
         pristine = {k: v.clone() for k, v in inputs.items()
                     if isinstance(v, torch.Tensor) and k not in self.mutable}
         return inputs, expected, pristine
 
-    def _changed_input(self, inputs: dict, pristine: dict) -> str | None:
+    def _verdict(self, reply: protocol.Done, expected, inputs, pristine) -> CheckResult:
+        try:
+            outputs = protocol.resolve(reply.outputs, inputs)
+        except ValueError as exc:
+            return CheckResult("invalid", str(exc))
         for key, saved in pristine.items():
             if not torch.equal(inputs[key], saved):
-                return key
-        return None
+                return CheckResult("invalid", f"the submission modified its input {key!r}")
+        return self.module.check(outputs, tuple(expected), inputs)
 
-    def _verdict(self, outputs, expected, inputs, pristine) -> CheckResult:
-        changed = self._changed_input(inputs, pristine)
-        if changed:
-            return CheckResult("invalid", f"the submission modified its input {changed!r}")
-        return self.module.check(tuple(outputs), tuple(expected), inputs)
+    def _checked_call(self, target: Target, inputs, expected, pristine, timed: bool, what: str):
+        """(sample, None) when the outputs pass; (sample, CheckResult) when they do not;
+        (None, Failure) when the call produced none."""
+        reply = target.request(protocol.Call(inputs, timed, self.options.cuda_graph and timed), what)
+        if isinstance(reply, Failure):
+            return None, reply
+        check = self._verdict(reply, expected, inputs, pristine)
+        del reply.outputs[:]
+        return reply.sample, (None if check.passed else check)
 
     # -- one case ---------------------------------------------------------------------
     def run_case(self, case: Case, sub: Target, base: Target | None, setup_cases) -> dict:
@@ -123,30 +139,19 @@ class Runner:
         if base is not None and base.ensure_running(setup_cases):
             base = None  # reported once, in the run's notes; the case still runs
         inputs, expected, pristine = self._make(case, 0)
-        reply = sub.request(("check", [inputs]), "checking the first call")
-        if not isinstance(reply, Failure) and not well_formed(reply, timed=False):
-            reply = Failure("invalid", "the worker's reply to the first call was malformed")
+        reply = sub.request(protocol.Call(inputs, timed=False), "checking the first call")
         if isinstance(reply, Failure):
             return case_record(case, reply.status, reply.reason)
-        verdict = self._verdict(reply[1][0], expected, inputs, pristine)
+        verdict = self._verdict(reply, expected, inputs, pristine)
         del reply
         if not verdict.passed:
-            sub.worker.stop()
             return case_record(case, verdict.status, verdict.reason, verdict)
-        flags: list[str] = []
         base_failure = None
         if base is not None:
-            reply = base.request(("check", [inputs]), "checking the baseline")
-            if not isinstance(reply, Failure) and not well_formed(reply, timed=False):
-                reply = Failure("invalid", "malformed reply")
-            bad = reply if isinstance(reply, Failure) else None
-            if bad is None:
-                check = self._verdict(reply[1][0], expected, inputs, pristine)
-                if not check.passed:
-                    bad = Failure(check.status, check.reason)
+            _, bad = self._checked_call(base, inputs, expected, pristine, False, "checking the baseline")
             if bad is not None:
                 base_failure = f"baseline {base.label} {bad.status}: {bad.reason}"
-                if base.strict or isinstance(reply, Failure):
+                if base.strict or isinstance(bad, Failure):
                     base = None
                 else:
                     base_failure += " (timed anyway: a trusted baseline's speed is still informative)"
@@ -154,119 +159,73 @@ class Runner:
         targets = [t for t in (base, sub) if t is not None]
         series = {id(t): _Series() for t in targets}
         for target in targets:
-            reply = target.request(("warmup", [inputs], self.options.warmup_ms, 100), "warming up")
+            reply = target.request(protocol.Warmup(inputs, self.options.warmup_ms, 100, self.options.cuda_graph),
+                                   "warming up")
             if isinstance(reply, Failure):
                 if target is sub:
                     return case_record(case, reply.status, f"warm-up: {reply.reason}")
                 series[id(target)].failed = f"{reply.status}: {reply.reason}"
         del inputs, expected, pristine
 
-        result = self._timed_loop(case, targets, series, sub)
-        if result is not None:
-            return result
-        return self._finish(case, verdict, sub, base, series, flags, base_failure)
+        failed = self._timed_rounds(case, targets, series, sub)
+        if failed is not None:
+            return failed
+        return self._finish(case, verdict, sub, base, series, base_failure)
 
-    def _timed_loop(self, case, targets, series, sub) -> dict | None:
-        """Timed batches, baseline then submission on the same fresh inputs, until both stop.
-
-        A batch is one request: its calls run back to back in the worker, so the device
-        stays busy at its working clocks and only the flush separates the calls (one request
-        per call left the GPU idle between calls and inflated every figure several times
-        over on the H100). The price: the worker holds a whole batch's inputs during its
-        first call, so a submission could do later calls' work early; that shows as one
-        call carrying most of each batch's time, which _finish flags (see AHEAD_SHARE).
-        Inputs are never reused, so no cache keyed on address or content can replay.
-
-        Returns a failure record for the submission, or None when its samples are in.
-        """
+    def _timed_rounds(self, case, targets, series, sub) -> dict | None:
+        """Fresh inputs per round, one timed call per target on them, until every target's
+        stop rule is met. Returns the submission's failure record, or None."""
         stop = self.options.stop
-        index = 1
-        while True:
-            pending = [t for t in targets if series[id(t)].done is None and series[id(t)].failed is None]
-            if not pending:
-                return None
-            count = min(stop.next_batch(min(len(series[id(t)].events) for t in pending)), self.max_sets)
-            batch = [self._make(case, index + i) for i in range(count)]
-            index += count
-            for target in pending:
+        start = time.perf_counter()
+        index = 0
+        while any(series[id(t)].active for t in targets):
+            index += 1
+            inputs, expected, pristine = self._make(case, index)
+            order = targets if index % 2 else targets[::-1]   # drift and order effects hit both
+            for target in order:
                 s = series[id(target)]
-                t0 = time.perf_counter()
-                reply = target.request(("time", [b[0] for b in batch], self.options.cuda_graph), "timing")
-                wall = time.perf_counter() - t0
-                if not isinstance(reply, Failure) and not well_formed(reply, timed=True, calls=count):
-                    reply = Failure("invalid", "the worker's reply to a timed batch was malformed")
-                if isinstance(reply, Failure):
-                    if target is sub:
-                        return case_record(case, reply.status, f"timed call: {reply.reason}")
-                    s.failed = f"{reply.status}: {reply.reason}"
+                if not s.active:
                     continue
-                outs, samples = reply[1], reply[2]
-                del reply
-                for i, (outputs, (inputs, expected, pristine)) in enumerate(zip(outs, batch)):
-                    check = self._verdict(outputs, expected, inputs, pristine)
-                    if not check.passed:
-                        seed = self._params(case, index - count + i)["seed"]
-                        reason = f"timed call {len(s.events) + i + 1} (seed {seed}): {check.reason}"
-                        if target is sub:
-                            sub.worker.stop()
-                            return case_record(case, check.status, reason, check)
-                        if target.strict:
-                            s.failed = f"{check.status}: {reason}"
-                            break
-                if s.failed is None and count >= 4:
-                    events = [e for e, _, _ in samples]
-                    s.batches += 1
-                    s.dominated += max(events) > AHEAD_SHARE * sum(events)
-                if s.failed is None and not s.burned_in:
-                    # The first timed batch warms the pipeline (allocator segments, IPC handles):
-                    # its outputs are checked, its times are not kept.
-                    s.burned_in = True
-                elif s.failed is None:
-                    s.events += [e for e, _, _ in samples]
-                    s.settles += [w for _, w, _ in samples]
-                    s.hosts += [h for _, _, h in samples]
-                    s.residuals.append((wall * 1e3 - sum(w for _, w, _ in samples)) / len(samples))
-                    s.elapsed_s += wall
-                    s.extra_threads = max(s.extra_threads, target.worker_threads)
-                    s.history.append(timing.summarize(s.events).noise)
-                    s.done = stop.verdict(s.events, s.elapsed_s, s.history)
-                del outs
-            del batch
+                sample, bad = self._checked_call(target, inputs, expected, pristine, True, "timing")
+                if bad is None or not (isinstance(bad, Failure) or target.strict):
+                    s.add(sample)  # a trusted baseline missing the tolerance is still timed
+                    continue
+                if isinstance(bad, Failure):
+                    reason, check = f"timed call: {bad.reason}", None
+                else:
+                    seed = self._params(case, index)["seed"]
+                    reason, check = f"timed call {len(s.device) + 1} (seed {seed}): {bad.reason}", bad
+                if target is sub:
+                    return case_record(case, bad.status, reason, check)
+                s.failed = f"{bad.status}: {reason}"
+            del inputs, expected, pristine
+            elapsed = time.perf_counter() - start
+            for target in targets:
+                s = series[id(target)]
+                if s.active:
+                    s.done = stop.verdict(s.device, elapsed)
+        return None
 
-    def _finish(self, case, verdict, sub, base, series, flags, base_failure) -> dict:
-        s = series[id(sub)]
-        events, settles = timing.summarize(s.events), timing.summarize(s.settles)
-        hosts = timing.summarize(s.hosts)
-        latency = events
-        if self.options.device == "cuda" and settles.median > HIDDEN_WORK_RATIO * events.median + HIDDEN_WORK_SLACK_MS:
-            flags.append(f"the device settled after {settles.median:.4g} ms but the timed stream after "
-                         f"{events.median:.4g} ms: work hidden on another stream; latency taken as the former")
-            latency = settles
-        if s.batches >= 2 and s.dominated >= max(2, 0.75 * s.batches):
-            mean = sum(s.events) / len(s.events)
-            flags.append(f"in {s.dominated} of {s.batches} timed batches one call took over half the "
-                         f"batch's time: work done ahead for later calls? latency taken as the mean "
-                         f"({mean:.4g} ms, median {events.median:.4g} ms)")
-            latency = timing.Summary(latency.n, mean, latency.q1, latency.q3, latency.ci_low, latency.ci_high)
-        if s.extra_threads > 0:
-            flags.append(f"submission left {s.extra_threads} Python thread(s) running")
+    def _finish(self, case, verdict, sub, base, series, base_failure) -> dict:
+        sub_series = series[id(sub)]
+        device, settle = timing.summarize(sub_series.device), timing.summarize(sub_series.settle)
+        host = timing.summarize(sub_series.host)
+        latency, flags, notes = device, [], []
+        if self.options.device == "cuda":
+            hidden = detectors.hidden_work(device, settle)
+            if hidden:
+                flags.append(hidden)
+                latency = settle
+            note = detectors.host_in_window(sub_series.held, len(sub_series.device))
+            if note:
+                notes.append(note)
         b = series.get(id(base)) if base is not None else None
         if b is not None and b.failed:
             base_failure, b = f"baseline {base.label} {b.failed}", None
-        if b is not None and b.residuals and s.residuals and self.options.device == "cuda":
-            # Per batch, the parent's clock minus the times the worker reports is the harness's
-            # own cost per call (flush, channel); the baseline runs the same worker code, so a
-            # submission whose residual is far larger reported less time than it took.
-            excess = min(s.residuals) - min(b.residuals)
-            # Floor of 0.5 ms: the bundled qknorm solution showed 0.385 ms on the H100
-            # against flashinfer (output sizes and IPC hand-back differ per target).
-            if excess > 3 * settles.median + 0.5:
-                flags.append(f"the parent's clock saw {excess:.3g} ms per call more than the worker "
-                             f"reported ({settles.median:.3g} ms): timer tampering?")
-        base_summary = timing.summarize(b.events) if b is not None and b.events else None
-        return case_record(case, "passed", "", verdict, latency=latency, host=hosts,
+        base_summary = timing.summarize(b.device) if b is not None and b.device else None
+        return case_record(case, "passed", "", verdict, latency=latency, host=host,
                            baseline=base.label if base_summary else None,
-                           baseline_latency=base_summary, flags=flags,
+                           baseline_latency=base_summary, flags=flags, notes=notes,
                            baseline_failure=base_failure)
 
     # -- the whole run ------------------------------------------------------------------
@@ -306,7 +265,7 @@ class Runner:
                     torch.cuda.empty_cache()
             fatal = None
             if sub.load_failure is None and sub.ensure_running(setup_cases) is None:
-                reply = sub.request(("after_run",), "the end-of-run check")
+                reply = sub.request(protocol.AfterRun(), "the end-of-run check")
                 if isinstance(reply, Failure):
                     fatal = f"{reply.status}: {reply.reason}"
         finally:

@@ -6,10 +6,11 @@ import os
 import site
 from pathlib import Path
 
-import torch
-
+from . import protocol
+from .detectors import tripwire_flags
+from .protocol import Failure
 from .tasks import Task
-from .workers import Failure, WorkerProcess
+from .worker_process import WorkerProcess
 
 
 def fingerprint(paths) -> dict:
@@ -38,21 +39,6 @@ def changed_files(before: dict, after: dict) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def well_formed(reply, timed: bool, calls: int = 1) -> bool:
-    """A reply to ``calls`` calls: ("ok", [outputs] * calls, [sample] * calls or None, info),
-    each output a tuple of tensors, each sample three finite non-negative numbers."""
-    if len(reply) != 4 or not isinstance(reply[1], list) or len(reply[1]) != calls:
-        return False
-    if not all(isinstance(o, tuple) and all(isinstance(t, torch.Tensor) for t in o) for o in reply[1]):
-        return False
-    if not timed:
-        return True
-    samples = reply[2]
-    return (isinstance(samples, list) and len(samples) == calls
-            and all(isinstance(x, tuple) and len(x) == 3
-                    and all(type(v) in (int, float) and 0 <= v < 1e9 for v in x) for x in samples))
-
-
 class Target:
     """A submission or baseline: its worker (restarted after failures) and its samples."""
 
@@ -68,27 +54,10 @@ class Target:
         self.worker: WorkerProcess | None = None
         self.load_failure: Failure | None = None
         self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
-        self.worker_threads = 0      # Python threads the submission left running (last reply)
 
     def _absorb(self, reply) -> None:
-        """Turn the tripwire report of a reply into flags. The worker is untrusted: keep only
-        short strings, and never more than a few."""
-        info = reply[-1] if isinstance(reply, tuple) and reply else None
-        if not isinstance(info, dict):
-            return
-        threads = info.get("extra_threads")
-        self.worker_threads = threads if isinstance(threads, int) else 0
-        notes = []
-        for event in list(info.get("events") or [])[:10]:
-            notes.append(f"submission {str(event)[:200]}")
-        tampered = [str(t)[:80] for t in list(info.get("tampered") or [])[:10]]
-        if tampered:
-            notes.append(f"submission replaced {', '.join(tampered)}: timer or harness tampering")
-        threads = info.get("threads_at_return")
-        if isinstance(threads, int) and threads > 0:
-            notes.append("a thread the submission started during a call was still running when the "
-                         "call returned: work finished after the timer stopped?")
-        self.flags += [n for n in notes if n not in self.flags]
+        if isinstance(reply, protocol.Done):
+            self.flags += [f for f in tripwire_flags(reply.report) if f not in self.flags]
 
     def take_flags(self) -> list[str]:
         out, self.flags = self.flags, []
@@ -104,11 +73,10 @@ class Target:
     def ready(self, setup_cases: list[dict]) -> None:
         self.load_failure = self.worker.wait_ready()
         if self.load_failure is None:
-            reply = self.worker.request(("setup", setup_cases), what="running setup()")
+            reply = self.request(protocol.Setup(setup_cases), what="running setup()")
             if isinstance(reply, Failure):
                 self.load_failure = Failure(reply.status, f"setup failed: {reply.reason}")
-            else:
-                self._absorb(reply)
+                self.worker.stop()
 
     def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
         """Restart the worker if a failure stopped it; the load failure if it cannot load."""
@@ -119,12 +87,9 @@ class Target:
         return self.load_failure
 
     def request(self, message, what: str):
+        """A ``protocol.Done`` or a Failure; the worker survives Python exceptions."""
         reply = self.worker.request(message, what=what)
-        if isinstance(reply, Failure):
-            if self.worker.alive:
-                self.worker.stop()  # a failed call may leave the process or CUDA context broken
-        else:
-            self._absorb(reply)
+        self._absorb(reply)
         return reply
 
     def close(self) -> None:

@@ -89,21 +89,20 @@ def test_public_seed_special_casing_fails_the_first_call_under_a_hidden_seed(): 
     assert case["status"] == "mismatch" and "timed call" not in case["reason"]
 
 
-def test_work_done_ahead_for_later_calls_is_flagged_and_not_rewarded():  # 2
-    # Each timed call costs the fixture 50 ms unless it found the call's inputs earlier (in
-    # the same timed batch); the calls that did the work ahead carry each batch's time.
+def test_work_done_ahead_for_later_calls_is_impossible():  # 2
+    # Each timed call costs the fixture 50 ms unless it found that call's inputs during an
+    # earlier call. Every timed call is its own request and the worker never holds a later
+    # call's inputs, so every call pays: the median is the honest 50 ms, with no heuristic.
     result = run("batch_ahead", stop=StopRule(noise=0.5, min_samples=4, max_samples=8, budget_s=5))
     case = result["cases"][0]
-    assert case["status"] == "passed" and case["latency_ms"] >= 40  # the mean, not the median
-    assert any("work done ahead for later calls" in f for f in case["flags"])
-    assert caught(result)
+    assert case["status"] == "passed" and case["latency_ms"] >= 45, case
+    assert case["flags"] == []
 
 
 def test_background_thread_output_is_not_waited_for():  # 5
     result = run("background_thread")
     case = result["cases"][0]
     assert case["status"] == "mismatch"  # outputs are snapshotted when the call returns
-    assert any("still running when the call returned" in f for f in case["flags"])
     assert caught(result)
 
 
@@ -112,7 +111,7 @@ def test_timer_patching_is_flagged_and_has_no_effect():  # 6
     case = result["cases"][0]
     assert case["status"] == "passed"
     flags = " ".join(case["flags"])
-    for name in ("time.perf_counter", "kbench.worker._perf_counter", "_Runner._poison_and_flush"):
+    for name in ("time.perf_counter", "kbench.worker._perf_counter", "CallTimer._flush_l2"):
         assert name in flags
     assert case["latency_ms"] >= 15  # the fixture sleeps 20 ms per call; the real clock saw it
     assert caught(result)

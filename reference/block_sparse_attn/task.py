@@ -4,11 +4,14 @@ PARENT SIDE: inputs, ground truth, checker, baselines, roofline and the native s
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
 from pathlib import Path
 
+
+import torch
 
 from kbench.check import combine, compare
 from kbench.loader import load_sibling
@@ -31,10 +34,6 @@ BASELINES = {
     "flex_attention": {"path": "baseline_flex.py", "devices": ("cuda",)},
     "pytorch": {"path": "baseline_torch.py", "devices": ("cpu", "cuda")},
 }
-# Big cases are ~200 MB (full) to 1.6 GB (broad) of inputs per set and slow to generate on
-# the host: the original timed 3 fresh sets per case.
-MAX_INPUT_SETS = 3
-TIMING = {"flush_l2": True}
 
 
 def case_spec(case: dict):
@@ -57,6 +56,27 @@ def case_spec(case: dict):
 def generate(case: dict, device: str) -> dict:
     """q, k, v (B, H, t_max, 128) bf16; row_ptr, col_idx (B, H, .) int32; seq_lens (B,) int32."""
     return gen_mod.materialize(case_spec(case), device)
+
+
+@functools.lru_cache(maxsize=4)
+def _structure(spec, device: str) -> tuple:
+    """seq_lens, row_ptr and col_idx of a case, as the original draws them from its seed."""
+    seq_lens = gen_mod.sample_seq_lens(spec)
+    row_ptr, col_idx = gen_mod.build_csr(spec, seq_lens.tolist())
+    return tuple(torch.from_numpy(a).to(device) for a in (seq_lens, row_ptr, col_idx))
+
+
+def generate_timed(case: dict, device: str, seed: int) -> dict:
+    """A timed call's inputs: the case's own lengths and block lists (the workload timed),
+    fresh q, k, v drawn on the device from ``seed`` (the original's host generator takes
+    seconds per set at the full sizes)."""
+    spec = case_spec(case)
+    seq_lens, row_ptr, col_idx = _structure(spec, device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (spec.batch_size, spec.num_heads, spec.t_max, spec_mod.HEAD_DIM)
+    q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(3))
+    return {"q": q, "k": k, "v": v, "row_ptr": row_ptr.clone(), "col_idx": col_idx.clone(),
+            "seq_lens": seq_lens.clone()}
 
 
 def reference(inputs: dict):

@@ -3,18 +3,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import worker
+from . import protocol, worker
 from .channel import UnsafeReply, receive_untrusted, send
+from .protocol import Failure
 
 _SPAWN = multiprocessing.get_context("spawn")
-LOG_TAIL_BYTES = 400
+LOG_TAIL_BYTES = 8192
+LOAD_TIMEOUT_S = 120.0
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|Fatal|Segmentation fault|Aborted|core dumped)")
 
 
 def _user() -> str:
@@ -23,14 +26,6 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001
         return str(os.getuid())
-
-
-@dataclass
-class Failure:
-    """A request that did not produce a reply: ``status`` is one of the closed case statuses."""
-
-    status: str
-    reason: str
 
 
 class WorkerProcess:
@@ -80,24 +75,25 @@ class WorkerProcess:
         child_conn.close()
         self.conn = parent_conn
 
-    def wait_ready(self, timeout: float | None = None):
+    def wait_ready(self, timeout: float | None = None) -> Failure | None:
         """The load reply: ``None`` when ready, else a Failure."""
-        reply = self._receive(timeout or self.timeout, "loading the submission")
+        # Loading imports torch (and triton, flashinfer...) in a fresh process: seconds on a
+        # slow host, whatever --timeout a single call is given.
+        reply = self._receive(timeout or max(self.timeout, LOAD_TIMEOUT_S), "loading the submission",
+                              outputs=False, timed=False)
+        if isinstance(reply, protocol.Ready):
+            return None
+        self.stop()
         if isinstance(reply, Failure):
             return reply
-        if reply[0] == "ready":
-            return None
-        if reply[0] == "failed":
-            self.stop()
-            return Failure(reply[1], reply[2])
-        return Failure("invalid", f"unexpected worker reply {reply[0]!r}")
+        return Failure("invalid", "the worker did not report ready")
 
     def stop(self) -> None:
         if self.process is None:
             return
         if self.process.is_alive():
             try:
-                send(self.conn, ("stop",))
+                send(self.conn, protocol.Stop())
             except (OSError, ValueError):
                 pass
             self.process.join(2)
@@ -133,7 +129,8 @@ class WorkerProcess:
 
     # -- requests -----------------------------------------------------------------------
     def request(self, message, timeout: float | None = None, what: str = "the call"):
-        """Send one request; the reply tuple, or a Failure (the worker is then stopped)."""
+        """Send one request; a ``protocol.Done`` or a Failure. After a Failure the worker is
+        stopped unless it says it survived (``healthy``: a Python exception in the call)."""
         if not self.alive:
             return Failure("crash", "worker is not running")
         try:
@@ -142,22 +139,22 @@ class WorkerProcess:
             failure = self._death_failure(f"worker gone ({exc})")
             self.stop()
             return failure
-        reply = self._receive(timeout or self.timeout, what)
-        if isinstance(reply, Failure):
+        call = isinstance(message, protocol.Call)
+        reply = self._receive(timeout or self.timeout, what, outputs=call, timed=call and message.timed)
+        if isinstance(reply, protocol.Done):
             return reply
-        if reply[0] == "failed":
-            return Failure(reply[1], reply[2])
-        if reply[0] != "ok":
+        if not isinstance(reply, Failure):
+            reply = Failure("invalid", f"unexpected worker reply {type(reply).__name__}")
+        if not reply.healthy:
             self.stop()
-            return Failure("invalid", f"unexpected worker reply {reply[0]!r}")
         return reply
 
-    def _receive(self, timeout: float, what: str):
+    def _receive(self, timeout: float, what: str, *, outputs: bool, timed: bool):
         deadline = time.monotonic() + timeout
         while True:
             if self.conn.poll(0.05):
                 try:
-                    return receive_untrusted(self.conn, max(deadline - time.monotonic(), 5.0))
+                    raw = receive_untrusted(self.conn, max(deadline - time.monotonic(), 5.0))
                 except UnsafeReply as exc:
                     self.stop()
                     return Failure("invalid", str(exc))
@@ -165,6 +162,7 @@ class WorkerProcess:
                     failure = self._death_failure("worker closed its channel")
                     self.stop()
                     return failure
+                return protocol.parse_reply(raw, outputs=outputs, timed=timed)
             if not self.process.is_alive():
                 failure = self._death_failure("worker exited")
                 self.stop()
@@ -193,12 +191,15 @@ class WorkerProcess:
         return Failure("crash", reason)
 
     def log_tail(self) -> str:
+        """The worker's last error line (a Python exception, CUDA's or the C runtime's), else
+        its last line: warnings printed after the error must not hide it."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
                 f.seek(max(0, size - LOG_TAIL_BYTES))
-                lines = f.read().decode(errors="replace").strip().splitlines()
+                lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
         except OSError:
             return ""
-        return lines[-1][:200] if lines else ""
+        errors = [line for line in lines if _ERROR_LINE.search(line)]
+        return (errors or lines or [""])[-1][:200]

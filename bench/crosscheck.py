@@ -1,0 +1,151 @@
+"""kbench's timing protocol in one plain process, beside triton's do_bench: does isolation move
+the number?
+
+    python bench/crosscheck.py qknorm --suite quick [--against kbench.json] [--out DIR]
+
+For every case: fresh inputs from the task's own generator for every call, the baseline
+and the submission alternating call by call, each call timed by kbench.call_timer (the
+worker's own code: gate, inputs written after it, L2 flush, events), the same stop rule;
+no worker, no IPC, no checker in between. One do_bench figure per target beside it.
+With --against (a `kbench eval --json` result of the same suite) it prints, per case and
+target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
+issue "Numbers you can act on") and exits 1 if any is not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from kbench.call_timer import CallTimer  # noqa: E402
+from kbench.runner import derive_seed  # noqa: E402
+from kbench.tasks import get_task, submission_file  # noqa: E402
+from kbench.timing import StopRule, flush_bytes, summarize  # noqa: E402
+
+AGREE_REL, AGREE_ABS_MS = 0.02, 0.15e-3
+
+
+class Plain:
+    """A submission or baseline loaded in this process through the task's own contract."""
+
+    def __init__(self, label, task, path):
+        self.label = label
+        self.contract = task.contract
+        self.entry = self.contract.load(path)
+        self.prepare = getattr(self.contract, "prepare", lambda inputs: inputs)
+        self.timer = CallTimer("cuda", flush_bytes("cuda"))
+        self.samples: list[float] = []
+
+    def invoke(self, args):
+        return tuple(self.contract.call(self.entry, args))
+
+
+def do_bench_ms(target: Plain, inputs: dict) -> float:
+    import triton.testing
+
+    args = target.prepare(inputs)
+    return float(triton.testing.do_bench(lambda: target.invoke(args), warmup=25, rep=100,
+                                         return_mode="median"))
+
+
+def run_case(task, case, targets, stop: StopRule) -> dict:
+    params = dict(case.params, seed=case.seed)
+    first = task.module.generate(params, "cuda")
+    for t in targets:  # warm-up: compilation, autotuning, module builds
+        for _ in range(3):
+            t.timer.run(t.invoke, t.prepare, first)
+        t.samples = []
+    start = time.perf_counter()
+    index = 1
+    while True:
+        inputs = task.module.generate(dict(params, seed=derive_seed(case.seed, "crosscheck", index)), "cuda")
+        order = targets if index % 2 else targets[::-1]
+        for t in order:
+            _, sample = t.timer.timed(t.invoke, t.prepare, inputs)
+            t.samples.append(sample.device_ms)
+        del inputs
+        index += 1
+        elapsed = time.perf_counter() - start
+        if all(stop.verdict(t.samples, elapsed, []) for t in targets):
+            break
+    out = {"case": case.name}
+    for t in targets:
+        s = summarize(t.samples)
+        out[t.label] = {"median_ms": s.median, "ci95_ms": [s.ci_low, s.ci_high], "n": s.n,
+                        "noise": s.noise, "do_bench_ms": do_bench_ms(t, first),
+                        "gate_ms": t.timer.gate_ms, "gate_off": t.timer.gate_off}
+    return out
+
+
+def agreement(rows: list[dict], result: dict) -> list[tuple]:
+    by_case = {c["case"]: c for c in result["cases"]}
+    lines = []
+    for row in rows:
+        rec = by_case.get(row["case"])
+        for label, field in (("submission", "latency_ms"), ("baseline", "baseline_latency_ms")):
+            if label not in row or rec is None or rec.get(field) is None:
+                continue
+            plain, iso = row[label]["median_ms"], rec[field]
+            ok = abs(iso - plain) <= max(AGREE_REL * plain, AGREE_ABS_MS)
+            lines.append((row["case"], label, iso, plain, row[label]["do_bench_ms"], ok))
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task")
+    ap.add_argument("--suite", default="quick")
+    ap.add_argument("--submission", default=None, help="default: submissions/<task>")
+    ap.add_argument("--against", type=Path, help="a kbench eval --json result of the same suite")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--budget", type=float, default=StopRule().budget_s)
+    ap.add_argument("--no-gate", action="store_true",
+                    help="diagnostic: no gate, the flush alone covers the host (the old protocol)")
+    args = ap.parse_args()
+
+    task = get_task(args.task)
+    sub_path = submission_file(task, Path(args.submission or ROOT / "submissions" / args.task))
+    baselines = task.baselines("cuda")
+    targets = [Plain("submission", task, sub_path)]
+    if baselines:
+        name, path = next(iter(baselines.items()))
+        targets.insert(0, Plain("baseline", task, path))
+    for t in targets:
+        t.timer.gate_off = args.no_gate
+    cases = task.suite(args.suite).cases
+    setup = getattr(task.contract, "setup", None)
+    if setup is not None:
+        for t in targets:
+            setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
+    stop = StopRule(budget_s=args.budget)
+    rows = []
+    for case in cases:
+        row = run_case(task, case, targets, stop)
+        rows.append(row)
+        for t in targets:
+            r = row[t.label]
+            print(f"{case.name:32s} {t.label:10s} median {r['median_ms'] * 1e3:9.2f} us "
+                  f"[{r['ci95_ms'][0] * 1e3:.2f}, {r['ci95_ms'][1] * 1e3:.2f}] n={r['n']:4d} "
+                  f"do_bench {r['do_bench_ms'] * 1e3:9.2f} us gate {r['gate_ms']:.2f} ms", flush=True)
+        torch.cuda.empty_cache()
+    status = 0
+    if args.against:
+        print(f"\nkbench ({args.against.name}) against the plain process: within 2% or 0.15 us")
+        for case, label, iso, plain, bench, ok in agreement(rows, json.loads(args.against.read_text())):
+            print(f"{case:32s} {label:10s} kbench {iso * 1e3:9.2f} us  plain {plain * 1e3:9.2f} us  "
+                  f"do_bench {bench * 1e3:9.2f} us  {(iso / plain - 1) * 100:+6.2f}%  {'ok' if ok else 'DIFFERS'}")
+            status |= not ok
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"crosscheck-{args.task}-{args.suite}.json").write_text(json.dumps(rows, indent=1))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The GPU acceptance run of the issue "Numbers you can act on": every check, one table.
+
+    bash bench/gpu_acceptance.sh            # on the GPU host, flashinfer wheels carried
+
+Runs kbench as a user would (the `kbench` CLI in subprocesses, wall time of each whole
+command) and checks, per task: the bundled solution passes `quick` and `full` three times
+in a row with no flag; two `full` runs agree (`kbench compare a.json b.json`); `kbench
+compare X X` on `quick` finds no difference; kbench's medians agree with the same protocol
+in one plain process (bench/crosscheck.py); each command's wall time. Then the honest
+corpus, the hostile corpus and the GPU tests, and how fast a kernel that raises on every
+case is rejected. Writes every log and JSON under --out and prints a pass/fail table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("qknorm", "mla_decode", "block_sparse_attn")
+LIMITS_S = {"quick": 30.0, "full": 120.0}
+REJECT_LIMIT_S = 15.0
+
+
+class Table:
+    def __init__(self):
+        self.rows: list[tuple[str, bool, str]] = []
+
+    def add(self, check: str, ok: bool, detail: str) -> None:
+        self.rows.append((check, ok, detail))
+        print(f"{'PASS' if ok else 'FAIL'}  {check}: {detail}", flush=True)
+
+    def render(self) -> str:
+        width = max(len(c) for c, _, _ in self.rows)
+        lines = [f"{'check':{width}s}  result  detail", "-" * (width + 40)]
+        lines += [f"{c:{width}s}  {'pass' if ok else 'FAIL':6s}  {d}" for c, ok, d in self.rows]
+        passed = sum(ok for _, ok, _ in self.rows)
+        lines.append(f"{passed}/{len(self.rows)} checks passed")
+        return "\n".join(lines)
+
+
+def run(cmd: list[str], out: Path, name: str, limit: float) -> tuple[int, float, str]:
+    """Run a command, log it to out/name.log; (exit code, wall seconds, last lines)."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+        code, text = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, text = 124, f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {limit:g} s"
+    wall = time.perf_counter() - start
+    (out / f"{name}.log").write_text(f"$ {' '.join(cmd)}\n{text}\n[exit {code}, {wall:.1f} s]\n")
+    tail = " | ".join(line for line in text.strip().splitlines()[-3:])
+    return code, wall, tail[-300:]
+
+
+def kbench(*args) -> list[str]:
+    return [sys.executable, "-m", "kbench", *args]
+
+
+def clean(result_path: Path) -> tuple[bool, str]:
+    data = json.loads(result_path.read_text())
+    bad = [f"{c['case']} {c['status']}{' flagged' if c['flags'] else ''}"
+           for c in data["cases"] if c["status"] != "passed" or c["flags"]]
+    s = data["summary"]
+    return not bad and s["fatal"] is None, (f"{s['passed']}/{s['total']} passed, geomean "
+                                            f"{s['geomean_speedup']}" + (f"; {', '.join(bad[:3])}" if bad else ""))
+
+
+def eval_runs(task: str, suite: str, runs: int, out: Path, table: Table) -> list[Path]:
+    paths = []
+    for i in range(1, runs + 1):
+        path = out / f"{task}-{suite}-{i}.json"
+        code, wall, tail = run(kbench("eval", f"submissions/{task}", "--suite", suite, "--json", str(path), "-q"),
+                               out, path.stem, 300)
+        ok, detail = clean(path) if path.exists() else (False, tail)
+        table.add(f"{task} {suite} run {i} clean, exit 0", ok and code == 0, f"{detail} (exit {code})")
+        table.add(f"{task} {suite} run {i} wall <= {LIMITS_S[suite]:g} s", wall <= LIMITS_S[suite], f"{wall:.1f} s")
+        paths.append(path)
+    return paths
+
+
+def repeatability(task: str, a: Path, b: Path, out: Path, table: Table) -> None:
+    path = out / f"{task}-full-compare.json"
+    code, _, tail = run(kbench("compare", str(a), str(b), "--json", str(path)), out, path.stem, 60)
+    if not path.exists():
+        table.add(f"{task} full run 1 vs 2", False, tail)
+        return
+    data = json.loads(path.read_text())
+    moved = [r["case"] for r in data["rows"] if r["verdict"] in ("FASTER", "SLOWER", "FAILED")]
+    s = data["summary"]
+    lo, hi = s["geomean_ratio_ci95"] or (None, None)
+    ok = not moved and s["geomean_ratio"] is not None and abs(s["geomean_ratio"] - 1) <= 0.01 and lo <= 1 <= hi
+    table.add(f"{task} full run 1 vs 2: no case moved, geomean within 1%", ok,
+              f"geomean {s['geomean_ratio']} [{lo}, {hi}]; moved: {', '.join(moved) or 'none'}")
+
+
+def self_compare(task: str, out: Path, table: Table) -> None:
+    path = out / f"{task}-quick-XX.json"
+    code, wall, tail = run(kbench("compare", f"submissions/{task}", f"submissions/{task}", "--suite", "quick",
+                                  "--json", str(path), "-q"), out, path.stem, 300)
+    if not path.exists():
+        table.add(f"{task} compare X X (quick)", False, tail)
+        return
+    rows = json.loads(path.read_text())["rows"]
+    moved = [f"{r['case']} {r['verdict']} {r['ratio']}" for r in rows if r["verdict"] not in ("SAME", "UNSURE")]
+    table.add(f"{task} compare X X (quick): every case SAME/UNSURE", not moved,
+              f"{len(rows)} cases; {', '.join(moved) or 'none moved'} ({wall:.0f} s)")
+
+
+def crosscheck(task: str, against: Path, out: Path, table: Table) -> None:
+    code, _, tail = run([sys.executable, "bench/crosscheck.py", task, "--suite", "quick", "--against", str(against),
+                         "--out", str(out)], out, f"{task}-crosscheck", 300)
+    log = (out / f"{task}-crosscheck.log").read_text()
+    differs = [line.split()[0] + " " + line.split()[1] for line in log.splitlines() if line.endswith("DIFFERS")]
+    table.add(f"{task} kbench vs plain process (quick): within 2% or 0.15 us", code == 0,
+              f"differs: {', '.join(differs) or 'none'}" if code in (0, 1) else tail)
+
+
+def pytest_step(name: str, files: list[str], out: Path, table: Table, limit: float = 400) -> None:
+    code, wall, tail = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+                           out, name, limit)
+    table.add(f"{name}", code == 0, f"{tail[-160:]} ({wall:.0f} s)")
+
+
+def reject_fast(out: Path, table: Table) -> None:
+    code, wall, tail = run(kbench("eval", "tests/fixtures/qknorm/raises", "--task", "qknorm", "--suite", "full", "-q"),
+                           out, "raises-full", 120)
+    table.add(f"a submission raising on every qknorm full case: rejected in <= {REJECT_LIMIT_S:g} s",
+              code == 1 and wall <= REJECT_LIMIT_S, f"exit {code} in {wall:.1f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--skip-tests", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = Table()
+    start = time.perf_counter()
+    reject_fast(args.out, table)
+    for task in args.tasks.split(","):
+        quick = eval_runs(task, "quick", args.runs, args.out, table)
+        crosscheck(task, quick[0], args.out, table)
+        self_compare(task, args.out, table)
+        full = eval_runs(task, "full", args.runs, args.out, table)
+        if len(full) >= 2 and all(p.exists() for p in full[:2]):
+            repeatability(task, full[0], full[1], args.out, table)
+    if not args.skip_tests:
+        pytest_step("honest corpus passes clean", ["tests/test_honest_gpu.py"], args.out, table)
+        pytest_step("hostile corpus caught + GPU tests", ["-m", "gpu", "tests/", "--ignore",
+                                                         "tests/test_honest_gpu.py"], args.out, table)
+    text = table.render() + f"\n(total {time.perf_counter() - start:.0f} s)"
+    (args.out / "acceptance.txt").write_text(text + "\n")
+    print("\n" + text)
+    return 0 if all(ok for _, ok, _ in table.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""One call of a kernel, timed: the protocol the worker runs and bench/crosscheck.py repeats in a
+plain process.
+
+Per call on a CUDA device (docs/measurement.md has the reasons):
+
+    live inputs allocated (new storages, same views)       host only
+    gate: a spin kernel holds the stream                   |
+    live inputs copied in on the stream                    |  the host enqueues all of
+    prepare(live)  (the contract's own set-up)             |  this while the gate holds;
+    L2 flush: a buffer >= 2x L2 filled with NaN, freed     |  none of it is timed
+    start event; call(); end event                         |
+    held = start has not run yet                           v
+    synchronize (all streams); settle event; synchronize
+
+- The gate makes the event window the device's time whatever the host's speed:
+  everything up to the end event is enqueued before the device reaches the start event.
+  ``held`` checks that per call; a call enqueued too slowly is retried with a longer gate.
+  A call that waits for the device itself (a synchronize inside) can never be held; after
+  ``MAX_GATE_MS`` the gate is dropped and the figure includes that host time, as it does
+  in real use (``Sample.held`` False says so).
+- The inputs are written on the caller's stream after the gate, as the previous kernel
+  of a real model would: work on a stream that does not wait on the caller's stream reads
+  them before they exist and fails the check.
+- The submission never touches the parent's tensors: it gets fresh storages; afterwards
+  they are copied back (so the parent sees in-place updates and can check the inputs
+  unchanged) and an output that shares memory with an input is returned as a reference.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+MIN_GATE_MS = 0.1
+MAX_GATE_MS = 20.0
+MAX_TRIES = 8   # per timed call: a miss doubles the gate
+
+
+@dataclass(frozen=True)
+class Sample:
+    device_ms: float     # start to end event on the caller's stream
+    settle_ms: float     # start event to an event after a device-wide synchronize
+    host_ms: float       # host time inside the call
+    held: bool           # the whole call was enqueued before the device reached the start event
+    gate_ms: float       # gate the call ran behind (0: none)
+    misses: int          # earlier tries of this call discarded because the gate was too short
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """An output that is a view of an input: (input key, dtype, offset, shape, stride)."""
+
+    key: str
+    dtype: str
+    offset: int
+    shape: tuple
+    stride: tuple
+
+
+class CallTimer:
+    """Times calls of one entry point. Every torch function it uses is bound at construction,
+    before any submission is imported, so patching them later does not reach the timer."""
+
+    def __init__(self, device: str, flush_bytes: int):
+        self.device = device
+        self.cuda = device == "cuda"
+        self.flush_elems = flush_bytes // 4
+        self.clock = time.perf_counter
+        self.empty = torch.empty
+        self.fill = torch.Tensor.fill_
+        self.copy = torch.Tensor.copy_
+        self.set_ = torch.Tensor.set_
+        self.storage = torch.Tensor.untyped_storage
+        self.clone = torch.Tensor.clone
+        self.tensor_type = torch.Tensor
+        self.flush = self._flush_l2   # bound now: patching the class later changes nothing
+        self.gate_ms = 0.5
+        self.enqueue_ms = 0.0   # host time from the gate to the end event, last call
+        self.gate_off = False   # set when the calls cannot be held (they wait for the device)
+        if self.cuda:
+            self.sync = torch.cuda.synchronize
+            self.event = torch.cuda.Event
+            self.record = torch.cuda.Event.record
+            self.query = torch.cuda.Event.query
+            self.elapsed = torch.cuda.Event.elapsed_time
+            self.spin = torch.cuda._sleep
+            self.cycles_per_ms = self._spin_rate()
+
+    # -- pieces -------------------------------------------------------------------------
+    def _spin_rate(self) -> float:
+        """Clock cycles of the spin kernel per millisecond on this card (the SM clock)."""
+        start, end = self.event(enable_timing=True), self.event(enable_timing=True)
+        self.spin(1000)
+        cycles = 2_000_000
+        self.record(start)
+        self.spin(cycles)
+        self.record(end)
+        self.sync()
+        return cycles / max(self.elapsed(start, end), 1e-3)
+
+    def stage(self, inputs: dict) -> tuple[dict, list]:
+        """Fresh storages for the input tensors, keeping their views (q and k of one qkv stay
+        views of one buffer). Returns the live inputs and the (source, copy) storage pairs;
+        nothing is copied yet."""
+        live, pairs, made = {}, [], {}
+        for key, value in inputs.items():
+            if type(value) is not self.tensor_type:
+                live[key] = value
+                continue
+            src = self.storage(value)
+            ptr = src.data_ptr()
+            if ptr not in made:
+                dst = self.empty(src.nbytes(), dtype=torch.uint8, device=value.device)
+                made[ptr] = dst
+                pairs.append((self._bytes(src, value.device), dst))
+            view = self.empty(0, dtype=value.dtype, device=value.device)
+            self.set_(view, self.storage(made[ptr]), value.storage_offset(), value.shape, value.stride())
+            live[key] = view
+        return live, pairs
+
+    def _bytes(self, storage, device):
+        flat = self.empty(0, dtype=torch.uint8, device=device)
+        return self.set_(flat, storage)
+
+    def copy_in(self, pairs) -> None:
+        for src, dst in pairs:
+            self.copy(dst, src)
+
+    def copy_back(self, pairs) -> None:
+        for src, dst in pairs:
+            self.copy(src, dst)
+
+    def _flush_l2(self) -> None:
+        """Overwrite a buffer >= 2x L2 with NaN and free it: L2 holds none of the inputs, and
+        memory a later allocation may reuse holds NaN, not old answers."""
+        scratch = self.empty(self.flush_elems, device=self.device)
+        self.fill(scratch, math.nan)
+        del scratch
+
+    def outputs(self, out, inputs: dict, live: dict) -> list:
+        """Snapshot of the outputs as they are now: a copy, or a reference for a view of an
+        input (a cache updated in place), resolved against the parent's own tensor."""
+        by_storage = {}
+        for key, value in live.items():
+            if type(value) is self.tensor_type:
+                by_storage.setdefault(self.storage(value).data_ptr(), key)
+        snap = []
+        for t in out:
+            key = by_storage.get(self.storage(t).data_ptr())
+            if key is None:
+                snap.append(self.clone(t))
+            else:
+                snap.append(OutputRef(key, str(t.dtype).removeprefix("torch."), t.storage_offset(),
+                                      tuple(t.shape), tuple(t.stride())))
+        return snap
+
+    # -- calls ------------------------------------------------------------------------
+    def run(self, invoke, prepare, inputs: dict):
+        """One untimed call (the first, checked one): (outputs, None)."""
+        live, pairs = self.stage(inputs)
+        self.copy_in(pairs)
+        out = invoke(prepare(live))
+        if self.cuda:
+            self.sync()
+        snap = self.outputs(out, inputs, live)
+        self.copy_back(pairs)
+        if self.cuda:
+            self.sync()
+        return snap
+
+    def timed(self, invoke, prepare, inputs: dict, graph: bool = False):
+        """One timed call: (outputs, Sample)."""
+        if not self.cuda:
+            live, pairs = self.stage(inputs)
+            self.copy_in(pairs)
+            args = prepare(live)
+            t0 = self.clock()
+            out = invoke(args)
+            host = (self.clock() - t0) * 1e3
+            snap = self.outputs(out, inputs, live)
+            self.copy_back(pairs)
+            return snap, Sample(host, host, host, True, 0.0, 0)
+        misses = 0
+        while True:
+            out, live, pairs, sample = (self._graph_once if graph else self._once)(invoke, prepare, inputs)
+            if sample.held or self.gate_off:
+                # Shrink back towards what enqueueing really takes: a gate is spent device time.
+                self.gate_ms = max(MIN_GATE_MS, min(self.gate_ms, 3 * self.enqueue_ms + 0.05))
+                break
+            misses += 1
+            del out, live, pairs
+            if self.gate_ms >= MAX_GATE_MS:
+                self.gate_off = True
+            self.gate_ms = min(2 * self.gate_ms, MAX_GATE_MS)
+            if misses >= MAX_TRIES:
+                self.gate_off = True
+        snap = self.outputs(out, inputs, live)
+        self.copy_back(pairs)
+        self.sync()
+        return snap, Sample(sample.device_ms, sample.settle_ms, sample.host_ms, sample.held,
+                            sample.gate_ms, misses)
+
+    def _events(self):
+        return tuple(self.event(enable_timing=True) for _ in range(3))
+
+    def _gate(self) -> float:
+        gate = 0.0 if self.gate_off else self.gate_ms
+        if gate:
+            self.spin(int(gate * self.cycles_per_ms))
+        return gate
+
+    def _finish(self, start, end, done, host, gate):
+        held = not self.query(start)
+        self.sync()          # device-wide: work left on other streams is waited for here
+        self.record(done)
+        self.sync()
+        return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate, 0)
+
+    def _once(self, invoke, prepare, inputs):
+        start, end, done = self._events()
+        live, pairs = self.stage(inputs)
+        self.sync()
+        tg = self.clock()
+        gate = self._gate()
+        self.copy_in(pairs)
+        args = prepare(live)
+        self.flush()
+        self.record(start)
+        t0 = self.clock()
+        out = invoke(args)
+        t1 = self.clock()
+        self.record(end)
+        self.enqueue_ms = (self.clock() - tg) * 1e3
+        return out, live, pairs, self._finish(start, end, done, (t1 - t0) * 1e3, gate)
+
+    def _graph_once(self, invoke, prepare, inputs):
+        """--cuda-graph: capture the call (untimed), then time one replay behind the gate."""
+        live, pairs = self.stage(inputs)
+        self.copy_in(pairs)
+        args = prepare(live)
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        t0 = self.clock()
+        try:
+            with torch.cuda.graph(graph):
+                out = invoke(args)
+        except Exception as exc:  # noqa: BLE001 - capture rules (no sync, no host reads)
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise RuntimeError(f"not capturable in a CUDA graph (--cuda-graph): "
+                               f"{type(exc).__name__}: {first}") from exc
+        host = (self.clock() - t0) * 1e3
+        start, end, done = self._events()
+        self.sync()
+        gate = self._gate()
+        self.flush()
+        self.record(start)
+        graph.replay()
+        self.record(end)
+        self.enqueue_ms = (self.clock() - t0) * 1e3 - host
+        return out, live, pairs, self._finish(start, end, done, host, gate)

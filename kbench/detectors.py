@@ -1,0 +1,50 @@
+"""Parent-side detectors: evidence in a case's samples and the worker's reports that the
+figure cannot be trusted. The counterpart of tripwires.py, which runs in the worker.
+
+Each flag fails the run, so each rests on evidence an honest kernel cannot produce
+(tests/test_detectors.py and the honest corpus on the GPU show that it does not).
+"""
+from __future__ import annotations
+
+from .protocol import Report
+from .timing import Summary
+
+# The device settling (all streams idle) this much later than the timed stream's end event
+# means work ran on another stream that the caller's stream never waited for. An honest
+# call's gap is the host's reaction to the synchronize (tens of microseconds here).
+HIDDEN_WORK_RATIO = 1.5
+HIDDEN_WORK_SLACK_MS = 0.05
+# A measured time this far under the case's physical floor (bytes / copy bandwidth, flops /
+# matmul rate) is a bug or a cheat.
+FLOOR_MARGIN = 0.9
+
+
+def tripwire_flags(report: Report) -> list[str]:
+    """What the worker's audit hook and identity watch saw."""
+    flags = [f"submission {event}" for event in report.events]
+    if report.tampered:
+        flags.append(f"submission replaced {', '.join(report.tampered)}: timer or harness tampering")
+    return flags
+
+
+def hidden_work(device: Summary, settle: Summary) -> str | None:
+    if settle.median > HIDDEN_WORK_RATIO * device.median + HIDDEN_WORK_SLACK_MS:
+        return (f"the device settled after {settle.median:.4g} ms but the timed stream after "
+                f"{device.median:.4g} ms: work hidden on another stream; latency taken as the former")
+    return None
+
+
+def below_floor(latency_ms: float | None, floor_ms: float | None) -> str | None:
+    if latency_ms and floor_ms and latency_ms < FLOOR_MARGIN * floor_ms:
+        return (f"faster than physically possible ({latency_ms:.4g} ms < floor {floor_ms:.4g} ms): "
+                "a bug or a cheat")
+    return None
+
+
+def host_in_window(held: int, total: int) -> str | None:
+    """Not a flag: calls that wait for the device themselves cannot be held behind the gate."""
+    if total and held < total:
+        return (f"{total - held} of {total} timed calls could not be enqueued ahead of the device "
+                f"(the call synchronizes, or its host work outlasts the gate): their time includes "
+                f"host time, as it would in real use")
+    return None

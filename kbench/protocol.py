@@ -1,0 +1,180 @@
+"""What the parent and a worker say to each other, as named types.
+
+Requests go parent -> worker as pickled dataclasses (the worker trusts the parent).
+Replies go worker -> parent as plain dicts, lists, numbers, strings and tensors only (the
+parent's unpickler rebuilds nothing else, see channel.py), and ``parse_reply`` turns them
+into ``Ready``, ``Done`` or ``Failure`` after checking every field: a malformed reply is
+the submission's fault (``invalid``), never the parent's crash.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .call_timer import OutputRef, Sample
+
+
+# -- requests (parent -> worker) --------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    cases: list          # every case's parameters, for contracts with a setup() hook
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call on one input set: checked only (``timed`` False) or timed."""
+
+    inputs: dict
+    timed: bool
+    graph: bool = False  # --cuda-graph: time a replay of the captured call
+
+
+@dataclass(frozen=True)
+class Warmup:
+    inputs: dict
+    min_ms: float
+    max_calls: int
+    graph: bool = False
+
+
+@dataclass(frozen=True)
+class AfterRun:
+    pass
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+# -- replies (worker -> parent) ---------------------------------------------------------
+@dataclass
+class Failure:
+    """A request that produced no usable reply; ``status`` is one of the case statuses.
+    ``healthy``: the worker survived it (a Python exception) and can take the next case."""
+
+    status: str
+    reason: str
+    healthy: bool = False
+
+
+@dataclass
+class Report:
+    """What the worker's tripwires saw during the request (short strings, bounded)."""
+
+    events: list[str] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ready:
+    pid: int
+
+
+@dataclass
+class Done:
+    outputs: list               # torch.Tensor or OutputRef, one per output
+    sample: Sample | None
+    report: Report
+
+
+def encode_outputs(outputs: list) -> list:
+    return [{"ref": o.key, "dtype": o.dtype, "offset": o.offset, "shape": list(o.shape),
+             "stride": list(o.stride)} if isinstance(o, OutputRef) else o for o in outputs]
+
+
+def done_reply(outputs, sample: Sample | None, report: dict) -> dict:
+    return {"kind": "done", "outputs": encode_outputs(outputs or []),
+            "sample": None if sample is None else vars(sample), "report": report}
+
+
+def failed_reply(status: str, reason: str, healthy: bool) -> dict:
+    return {"kind": "failed", "status": status, "reason": reason, "healthy": healthy}
+
+
+def _ints(xs) -> bool:
+    return isinstance(xs, list) and all(type(x) is int for x in xs)
+
+
+def _output(item):
+    if type(item) is torch.Tensor:
+        return item
+    if (isinstance(item, dict) and isinstance(item.get("ref"), str) and isinstance(item.get("dtype"), str)
+            and type(item.get("offset")) is int and _ints(item.get("shape")) and _ints(item.get("stride"))
+            and isinstance(getattr(torch, item["dtype"], None), torch.dtype)):
+        return OutputRef(item["ref"], item["dtype"], item["offset"], tuple(item["shape"]), tuple(item["stride"]))
+    return None
+
+
+def _sample(raw) -> Sample | None:
+    if not isinstance(raw, dict) or set(raw) != set(Sample.__dataclass_fields__):
+        return None
+    numbers = ("device_ms", "settle_ms", "host_ms", "gate_ms")
+    if not all(type(raw[k]) in (int, float) and math.isfinite(raw[k]) and 0 <= raw[k] < 1e9 for k in numbers):
+        return None
+    if type(raw["held"]) is not bool or type(raw["misses"]) is not int:
+        return None
+    return Sample(**raw)
+
+
+def _report(raw) -> Report:
+    raw = raw if isinstance(raw, dict) else {}
+    return Report([str(e)[:200] for e in list(raw.get("events") or [])[:10]],
+                  [str(t)[:80] for t in list(raw.get("tampered") or [])[:10]])
+
+
+def parse_reply(raw, *, outputs: bool, timed: bool):
+    """``Ready``/``Done``/``Failure`` from a worker's raw reply; anything off is ``invalid``."""
+    bad = Failure("invalid", "the worker's reply was malformed")
+    if not isinstance(raw, dict):
+        return bad
+    kind = raw.get("kind")
+    if kind == "ready":
+        return Ready(raw.get("pid")) if type(raw.get("pid")) is int else bad
+    if kind == "failed":
+        status, reason = raw.get("status"), raw.get("reason")
+        if status not in ("invalid", "error", "crash") or not isinstance(reason, str):
+            return bad
+        return Failure(status, reason[:400], raw.get("healthy") is True)
+    if kind != "done" or not isinstance(raw.get("outputs"), list):
+        return bad
+    outs = [_output(o) for o in raw["outputs"]]
+    if any(o is None for o in outs) or (outputs and not outs):
+        return Failure("invalid", "the worker's reply held something other than output tensors")
+    sample = _sample(raw.get("sample")) if timed else None
+    if timed and sample is None:
+        return Failure("invalid", "the worker's reply carried no valid timing sample")
+    return Done(outs, sample, _report(raw.get("report")))
+
+
+def _within(ref: OutputRef, itemsize: int, nbytes: int) -> bool:
+    if len(ref.shape) != len(ref.stride) or ref.offset < 0 or min((*ref.shape, *ref.stride), default=0) < 0:
+        return False
+    if 0 in ref.shape:
+        return True
+    last = ref.offset + sum((n - 1) * st for n, st in zip(ref.shape, ref.stride))
+    return (last + 1) * itemsize <= nbytes
+
+
+def resolve(outputs: list, inputs: dict) -> tuple:
+    """The outputs as tensors: a reference becomes the same view of the parent's own input.
+    Raises ValueError for a reference to no input or outside its storage."""
+    out = []
+    for o in outputs:
+        if not isinstance(o, OutputRef):
+            out.append(o)
+            continue
+        base = inputs.get(o.key)
+        if type(base) is not torch.Tensor:
+            raise ValueError(f"an output refers to {o.key!r}, which is not an input tensor")
+        dtype = getattr(torch, o.dtype)
+        storage = base.untyped_storage()
+        if not _within(o, dtype.itemsize, storage.nbytes()):
+            # set_ would grow the parent's storage rather than refuse
+            raise ValueError(f"an output's view of input {o.key!r} is out of bounds")
+        view = torch.empty(0, dtype=dtype, device=base.device)
+        view.set_(storage, o.offset, o.shape, o.stride)
+        out.append(view)
+    return tuple(out)

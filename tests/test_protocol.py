@@ -1,0 +1,121 @@
+"""The worker protocol and the per-call timer on CPU: replies are validated field by field,
+outputs that alias an input come back by reference, the live inputs keep their views, the
+gate grows until a call is held and gives up on calls that wait for the device, and a
+worker survives a Python exception."""
+import pytest
+import torch
+
+from kbench import call_timer, protocol
+from kbench.call_timer import CallTimer, OutputRef, Sample
+from kbench.runner import Options, Runner
+from kbench.tasks import get_task
+from kbench.timing import StopRule
+from kbench.worker_process import WorkerProcess
+from tests.helpers import FIXTURES
+
+SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0}
+
+
+def test_a_well_formed_timed_reply_parses():
+    raw = {"kind": "done", "outputs": [torch.zeros(2)], "sample": SAMPLE, "report": {"events": ["x"]}}
+    reply = protocol.parse_reply(raw, outputs=True, timed=True)
+    assert isinstance(reply, protocol.Done) and reply.sample == Sample(**SAMPLE)
+    assert reply.report.events == ["x"]
+
+
+@pytest.mark.parametrize("raw", [
+    None, ("ok", [], None), {"kind": "done", "outputs": [1.0], "sample": SAMPLE},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, device_ms=float("nan"))},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, device_ms=-1.0)},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, extra=1)},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": None},
+    {"kind": "done", "outputs": [{"ref": "q", "dtype": "os.system", "offset": 0, "shape": [1], "stride": [1]}],
+     "sample": SAMPLE},
+    {"kind": "failed", "status": "passed", "reason": "all good"},
+])
+def test_malformed_replies_are_invalid(raw):
+    reply = protocol.parse_reply(raw, outputs=True, timed=True)
+    assert isinstance(reply, protocol.Failure) and reply.status == "invalid"
+
+
+def test_an_output_reference_resolves_to_the_parents_own_tensor():
+    kv = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    (view,) = protocol.resolve([OutputRef("kv", "float32", 4, (2, 4), (4, 1))], {"kv": kv})
+    assert view.data_ptr() == kv[1:].data_ptr() and torch.equal(view, kv[1:])
+    with pytest.raises(ValueError, match="out of bounds"):
+        protocol.resolve([OutputRef("kv", "float32", 8, (2, 4), (4, 1))], {"kv": kv})
+    with pytest.raises(ValueError, match="not an input tensor"):
+        protocol.resolve([OutputRef("nope", "float32", 0, (1,), (1,))], {"kv": kv})
+
+
+def test_live_inputs_keep_their_views_and_never_touch_the_parents_tensors():
+    timer = CallTimer("cpu", 0)
+    qkv = torch.randn(2, 7, 4)
+    inputs = {"qkv": qkv, "q": qkv[:, :5], "k": qkv[:, 5:6], "n": 3}
+    live, pairs = timer.stage(inputs)
+    assert len(pairs) == 1 and live["n"] == 3
+    assert live["q"].untyped_storage().data_ptr() == live["qkv"].untyped_storage().data_ptr()
+    assert live["q"].untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+    assert live["q"].stride() == inputs["q"].stride()
+    timer.copy_in(pairs)
+    assert torch.equal(live["k"], inputs["k"])
+    live["k"].zero_()
+    assert not torch.equal(qkv[:, 5:6], live["k"])      # the parent's copy is untouched ...
+    timer.copy_back(pairs)
+    assert torch.equal(qkv[:, 5:6], torch.zeros(2, 1, 4))  # ... until copied back after the call
+
+
+def test_an_output_aliasing_an_input_comes_back_by_reference():
+    timer = CallTimer("cpu", 0)
+    cache = torch.zeros(4, 3)
+
+    def append(args):
+        args["cache"][2] = 7.0
+        return args["cache"][1:], args["cache"].sum(0, keepdim=True)
+
+    ref, fresh = timer.run(append, lambda x: x, {"cache": cache})
+    assert ref == OutputRef("cache", "float32", 3, (3, 3), (3, 1))
+    assert type(fresh) is torch.Tensor and torch.equal(fresh, torch.full((1, 3), 7.0))
+    assert torch.equal(cache[2], torch.full((3,), 7.0))   # the update reached the parent's buffer
+
+
+class _FakeGate(CallTimer):
+    """A CUDA timer without CUDA: `_once` reports held only once the gate reaches ``needs``."""
+
+    def __init__(self, needs_ms):
+        super().__init__("cpu", 0)
+        self.cuda, self.needs, self.tries = True, needs_ms, []
+        self.sync = lambda: None
+
+    def _once(self, invoke, prepare, inputs):
+        self.tries.append(self.gate_ms)
+        live, pairs = self.stage(inputs)
+        held = not self.gate_off and self.gate_ms >= self.needs
+        self.enqueue_ms = 0.05
+        return invoke(live), live, pairs, Sample(1.0, 1.0, 0.0, held, self.gate_ms, 0)
+
+
+def test_the_gate_doubles_until_a_call_is_held_then_shrinks_back():
+    timer = _FakeGate(needs_ms=1.5)
+    _, sample = timer.timed(lambda a: (a["x"] + 1,), lambda x: x, {"x": torch.zeros(1)})
+    assert timer.tries == [0.5, 1.0, 2.0] and sample.held and sample.misses == 2
+    assert timer.gate_ms == pytest.approx(3 * 0.05 + 0.05)   # sized to what enqueueing took
+
+
+def test_a_call_that_waits_for_the_device_drops_the_gate_and_says_so():
+    timer = _FakeGate(needs_ms=float("inf"))
+    _, sample = timer.timed(lambda a: (a["x"] + 1,), lambda x: x, {"x": torch.zeros(1)})
+    assert timer.gate_off and not sample.held
+    assert max(timer.tries) == call_timer.MAX_GATE_MS
+
+
+def test_a_worker_survives_a_python_exception_and_is_not_restarted(monkeypatch):
+    starts = []
+    real_start = WorkerProcess.start
+    monkeypatch.setattr(WorkerProcess, "start", lambda self: (starts.append(1), real_start(self))[1])
+    options = Options(suite="smoke", device="cpu", baseline="none", calibrate=False, warmup_ms=1.0,
+                      stop=StopRule(min_samples=2, max_samples=2, budget_s=0.5))
+    result = Runner(get_task("qknorm"), options).run(FIXTURES / "qknorm" / "fails_one_case")
+    statuses = [c["status"] for c in result["cases"]]
+    assert "error" in statuses and statuses.count("passed") == len(statuses) - 1
+    assert len(starts) == 1
