@@ -6,7 +6,7 @@ set -o pipefail
 source bench/gpu_env.sh || exit 1
 WORK=/tmp/acceptance
 rm -rf "$WORK"; mkdir -p "$WORK"
-python3 bench/gpu_acceptance.py --out "$WORK" "$@" 2>&1 | tee "$WORK/driver.log"
+timeout "${ACCEPT_LIMIT_S:-560}" python3 bench/gpu_acceptance.py --out "$WORK" "$@" 2>&1 | tee "$WORK/driver.log"
 code=$?
 cp "$WORK/acceptance.txt" "$OUT/" 2>/dev/null
 tar czf "$OUT/acceptance.tgz" -C "$WORK" .
