@@ -72,7 +72,7 @@ def run_case(task, case, targets, stop: StopRule) -> dict:
         del inputs
         index += 1
         elapsed = time.perf_counter() - start
-        if all(stop.verdict(t.samples, elapsed, []) for t in targets):
+        if all(stop.verdict(t.samples, elapsed) for t in targets):
             break
     out = {"case": case.name}
     for t in targets:

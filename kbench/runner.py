@@ -80,6 +80,7 @@ class Runner:
         # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
+        self.notes: list[str] = []
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -136,8 +137,6 @@ class Runner:
         failure = sub.ensure_running(setup_cases)
         if failure:
             return case_record(case, failure.status, failure.reason)
-        if base is not None and base.ensure_running(setup_cases):
-            base = None  # reported once, in the run's notes; the case still runs
         inputs, expected, pristine = self._make(case, 0)
         reply = sub.request(protocol.Call(inputs, timed=False), "checking the first call")
         if isinstance(reply, Failure):
@@ -147,6 +146,13 @@ class Runner:
         if not verdict.passed:
             return case_record(case, verdict.status, verdict.reason, verdict)
         base_failure = None
+        # The baseline is waited for only once a submission passes a first call: a submission
+        # that fails every case is rejected without paying for the baseline's start.
+        if base is not None and base.ensure_running(setup_cases):
+            note = f"baseline {base.label} unavailable: {base.load_failure.reason}"
+            if note not in self.notes:
+                self.notes.append(note)  # the case still runs, without a speedup
+            base = None
         if base is not None:
             _, bad = self._checked_call(base, inputs, expected, pristine, False, "checking the baseline")
             if bad is not None:
@@ -238,25 +244,17 @@ class Runner:
         from .suites import select_cases
         cases = select_cases(suite, options.only)
         path = submission_file(self.task, submission)
-        calibration = timing.calibrate(options.device) if options.calibrate else {"device": options.device}
         flush = timing.flush_bytes(options.device)
         base = self._baseline_target(flush)
         sub = Target(str(submission), self.task, path, options, flush)
         setup_cases = [self._params(c) for c in cases]
-        notes = []
         watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
         before = fingerprint(watched)
         try:
             for target in (sub, base):
                 if target is not None:
                     target.start()
-            for target in (sub, base):
-                if target is not None:
-                    target.ready(setup_cases)
-            if base is not None and base.load_failure:
-                notes.append(f"baseline {base.label} unavailable: {base.load_failure.reason}")
-                base.close()
-                base = None
+            sub.ready(setup_cases)
             records = []
             for i, case in enumerate(cases):
                 self._say(f"[{i + 1}/{len(cases)}] {case.name}")
@@ -272,11 +270,15 @@ class Runner:
             sub.close()
             if base is not None:
                 base.close()
+        # After the cases, and only when a time will be reported: a submission that fails
+        # every case is rejected without the card's calibration.
+        measure = options.calibrate and any(r["status"] == "passed" for r in records)
+        calibration = timing.calibrate(options.device, measure=measure)
         changed = changed_files(before, fingerprint(watched))
         if changed:
             fatal = (f"kbench's files or the Python environment changed during the run "
                      f"({len(changed)}: {', '.join(changed[:3])}); reinstall before trusting any result")
-        return run_record(self.task, suite, options, str(submission), calibration, records, notes, fatal)
+        return run_record(self.task, suite, options, str(submission), calibration, records, self.notes, fatal)
 
     def _baseline_target(self, flush: int) -> Target | None:
         if self.options.baseline == "none":

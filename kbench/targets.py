@@ -54,6 +54,7 @@ class Target:
         self.worker: WorkerProcess | None = None
         self.load_failure: Failure | None = None
         self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
+        self.readied = False         # ready() has been waited for
 
     def _absorb(self, reply) -> None:
         if isinstance(reply, protocol.Done):
@@ -71,6 +72,7 @@ class Target:
         self.worker.start()
 
     def ready(self, setup_cases: list[dict]) -> None:
+        self.readied = True
         self.load_failure = self.worker.wait_ready()
         if self.load_failure is None:
             reply = self.request(protocol.Setup(setup_cases), what="running setup()")
@@ -79,8 +81,11 @@ class Target:
                 self.worker.stop()
 
     def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
-        """Restart the worker if a failure stopped it; the load failure if it cannot load."""
-        if self.load_failure is None and not self.worker.alive:
+        """Wait for the worker started by start(), or restart it if a failure stopped it;
+        the load failure if it cannot load."""
+        if not self.readied:
+            self.ready(setup_cases)
+        elif self.load_failure is None and not self.worker.alive:
             self.worker.cleanup()
             self.start()
             self.ready(setup_cases)

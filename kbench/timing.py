@@ -136,8 +136,9 @@ def _nvidia_smi() -> dict:
     return dict(zip(fields.split(","), values))
 
 
-def calibrate(device: str) -> dict:
-    """What the card is and what it can do, recorded with every result."""
+def calibrate(device: str, measure: bool = True) -> dict:
+    """What the card is and, with ``measure``, what it can do (copy bandwidth, matmul rate),
+    recorded with every result."""
     if device != "cuda":
         import platform
 
@@ -148,9 +149,9 @@ def calibrate(device: str) -> dict:
         "device": "cuda", "name": props.name, "sm_count": props.multi_processor_count,
         "l2_bytes": l2_bytes(), "memory_bytes": props.total_memory,
         "torch": torch.__version__, "cuda": torch.version.cuda,
-        "copy_gbps": round(measure_copy_gbps(), 1),
-        "matmul_bf16_tflops": round(measure_matmul_tflops(), 1),
     }
+    if measure:
+        info.update(copy_gbps=round(measure_copy_gbps(), 1), matmul_bf16_tflops=round(measure_matmul_tflops(), 1))
     info.update({k.replace(".", "_"): v for k, v in _nvidia_smi().items()})
     torch.cuda.empty_cache()
     return info

@@ -100,7 +100,8 @@ def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, 
 
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
+             SPLIT_ALL: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
     bh = tl.program_id(1)
     b = bh // H
@@ -136,13 +137,13 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
             j = row_start
             while j < row_end - 1:
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, False,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
                 j += 1
         else:
             for j in range(row_start, row_end - 1):
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, False,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
         # The diagonal block: causal mask. Its first query rows see only a few keys of it,
         # which can carry most of the softmax weight: bf16 P there misses the o tolerance
@@ -158,6 +159,9 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         tl.store(lse_ptrs, lse)
 
 
+SPLIT_ALL = False   # P in two bf16 parts for every key block, not only the diagonal one
+
+
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -171,7 +175,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
     _bsa_fwd[grid](q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-                   BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=_interpreted(),
+                   BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=_interpreted(), SPLIT_ALL=SPLIT_ALL,
                    num_warps=warps, num_stages=stages)
 
 
