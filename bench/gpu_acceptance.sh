@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU acceptance run (bench/gpu_acceptance.py says what it checks). On the device host:
-#   bash bench/gpu_acceptance.sh [--tasks qknorm] [--runs 3] [--skip-tests]
+#   bash bench/gpu_acceptance.sh [--tasks qknorm] [--suites quick,full] [--runs 3] [--skip-tests]
 # Logs and JSON go to $OUT/acceptance.tgz, the table to $OUT/acceptance.txt.
 set -o pipefail
 source bench/gpu_env.sh || exit 1
@@ -8,6 +8,7 @@ WORK=/tmp/acceptance
 rm -rf "$WORK"; mkdir -p "$WORK"
 timeout "${ACCEPT_LIMIT_S:-560}" python3 bench/gpu_acceptance.py --out "$WORK" "$@" 2>&1 | tee "$WORK/driver.log"
 code=$?
-cp "$WORK/acceptance.txt" "$OUT/" 2>/dev/null
-tar czf "$OUT/acceptance.tgz" -C "$WORK" .
+NAME=${ACCEPT_NAME:-acceptance}
+cp "$WORK/acceptance.txt" "$OUT/$NAME.txt" 2>/dev/null
+tar czf "$OUT/$NAME.tgz" -C "$WORK" .
 exit $code

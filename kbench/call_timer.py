@@ -3,11 +3,13 @@ plain process.
 
 Per call on a CUDA device (docs/measurement.md has the reasons):
 
-    live inputs allocated (new storages, same views)       host only
+    live inputs allocated (new storages, same views,       host only
+      each at a random shift of up to 4 MB)
     gate: a spin kernel holds the stream                   |
     live inputs copied in on the stream                    |  the host enqueues all of
     prepare(live)  (the contract's own set-up)             |  this while the gate holds;
     L2 flush: a buffer >= 2x L2 filled with NaN, freed     |  none of it is timed
+    a spacer of random size held (shifts the outputs)      |
     start event; call(); end event                         |
     held = start has not run yet                           v
     synchronize (all streams); settle event; synchronize
@@ -21,6 +23,10 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
 - The inputs are written on the caller's stream after the gate, as the previous kernel
   of a real model would: work on a stream that does not wait on the caller's stream reads
   them before they exist and fails the check.
+- Placement is randomized per call: a kernel of a few microseconds runs measurably faster
+  or slower (5% seen on the H100) depending on where its buffers land, which is fixed
+  within a process and differs between processes; over random shifts the median is the
+  same in every process.
 - The submission never touches the parent's tensors: it gets fresh storages; afterwards
   they are copied back (so the parent sees in-place updates and can check the inputs
   unchanged) and an output that shares memory with an input is returned as a reference.
@@ -28,11 +34,13 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass
 
 import torch
 
+MAX_SHIFT_BYTES = 4 << 20   # placement randomization: inputs and outputs move by up to 4 MB
 MIN_GATE_MS = 0.1
 MAX_GATE_MS = 20.0
 MAX_TRIES = 8   # per timed call: a miss doubles the gate
@@ -63,7 +71,7 @@ class CallTimer:
     """Times calls of one entry point. Every torch function it uses is bound at construction,
     before any submission is imported, so patching them later does not reach the timer."""
 
-    def __init__(self, device: str, flush_bytes: int):
+    def __init__(self, device: str, flush_bytes: int, shift: bool = True):
         self.device = device
         self.cuda = device == "cuda"
         self.flush_elems = flush_bytes // 4
@@ -76,6 +84,9 @@ class CallTimer:
         self.clone = torch.Tensor.clone
         self.tensor_type = torch.Tensor
         self.flush = self._flush_l2   # bound now: patching the class later changes nothing
+        self.random = random.Random()
+        self.shift = shift
+        self.pads: dict[int, int] = {}
         self.gate_ms = 0.5
         self.enqueue_ms = 0.0   # host time from the gate to the end event, last call
         self.gate_off = False   # set when the calls cannot be held (they wait for the device)
@@ -100,11 +111,17 @@ class CallTimer:
         self.sync()
         return cycles / max(self.elapsed(start, end), 1e-3)
 
+    def _pad(self) -> int:
+        """A random shift, in bytes, for a buffer's placement (multiples of 512 bytes, the
+        caching allocator's own alignment)."""
+        return self.random.randrange(0, MAX_SHIFT_BYTES, 512) if self.shift else 0
+
     def stage(self, inputs: dict) -> tuple[dict, list]:
         """Fresh storages for the input tensors, keeping their views (q and k of one qkv stay
-        views of one buffer). Returns the live inputs and the (source, copy) storage pairs;
-        nothing is copied yet."""
+        views of one buffer), each at a random shift (``self.pads``, bytes, by storage).
+        Returns the live inputs and the (source, copy) pairs; nothing is copied yet."""
         live, pairs, made = {}, [], {}
+        self.pads = {}
         for key, value in inputs.items():
             if type(value) is not self.tensor_type:
                 live[key] = value
@@ -112,11 +129,15 @@ class CallTimer:
             src = self.storage(value)
             ptr = src.data_ptr()
             if ptr not in made:
-                dst = self.empty(src.nbytes(), dtype=torch.uint8, device=value.device)
-                made[ptr] = dst
-                pairs.append((self._bytes(src, value.device), dst))
+                pad = self._pad()
+                buf = self.empty(src.nbytes() + pad, dtype=torch.uint8, device=value.device)
+                made[ptr] = (buf, pad)
+                self.pads[self.storage(buf).data_ptr()] = pad
+                pairs.append((self._bytes(src, value.device), buf[pad:]))
+            buf, pad = made[ptr]
             view = self.empty(0, dtype=value.dtype, device=value.device)
-            self.set_(view, self.storage(made[ptr]), value.storage_offset(), value.shape, value.stride())
+            self.set_(view, self.storage(buf), pad // value.element_size() + value.storage_offset(),
+                      value.shape, value.stride())
             live[key] = view
         return live, pairs
 
@@ -148,11 +169,14 @@ class CallTimer:
                 by_storage.setdefault(self.storage(value).data_ptr(), key)
         snap = []
         for t in out:
-            key = by_storage.get(self.storage(t).data_ptr())
+            ptr = self.storage(t).data_ptr()
+            key = by_storage.get(ptr)
             if key is None:
                 snap.append(self.clone(t))
-            else:
-                snap.append(OutputRef(key, str(t.dtype).removeprefix("torch."), t.storage_offset(),
+            else:  # the offset in the parent's storage: without this call's shift (-1: in the shift)
+                offset, rest = divmod(t.storage_offset() * t.element_size() - self.pads.get(ptr, 0),
+                                      t.element_size())
+                snap.append(OutputRef(key, str(t.dtype).removeprefix("torch."), -1 if rest else offset,
                                       tuple(t.shape), tuple(t.stride())))
         return snap
 
@@ -227,11 +251,13 @@ class CallTimer:
         self.copy_in(pairs)
         args = prepare(live)
         self.flush()
+        spacer = self.empty(self._pad(), dtype=torch.uint8, device=self.device)  # moves the outputs too
         self.record(start)
         t0 = self.clock()
         out = invoke(args)
         t1 = self.clock()
         self.record(end)
+        del spacer
         self.enqueue_ms = (self.clock() - tg) * 1e3
         return out, live, pairs, self._finish(start, end, done, (t1 - t0) * 1e3, gate)
 

@@ -8,11 +8,9 @@ zeroed at the store.
 
 Precision: q, k, v arrive in bf16, so QK^T on bf16 tensor cores with fp32 accumulation
 computes the same products as an fp32 matmul: the scores (hence lse, checked at 1e-5)
-are fp32-exact up to summation order. P is rounded to bf16 for the PV product of the
-off-diagonal blocks (many keys share the weight: error ~1e-4 against atol 1e-3); for the
-diagonal block, where a query's few causal keys can carry most of the weight, P is split
-into two bf16 parts (plain bf16 P there misses the o tolerance on some seeds, as
-FlexAttention in bf16 does). Never TF32 (10-bit mantissa on the scores would miss the lse
+are fp32-exact up to summation order. P is split into two bf16 parts (hi + lo) for the PV
+product of every block (SPLIT_ALL, below, says why): P rounded to bf16 misses the o
+tolerance by one element on about 2% of fresh seeds, as FlexAttention in bf16 does. Never TF32 (10-bit mantissa on the scores would miss the lse
 tolerance).
 
 Under TRITON_INTERPRET=1 (constexpr UPCAST) the operands are upcast to fp32, since Triton's
@@ -159,7 +157,12 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         tl.store(lse_ptrs, lse)
 
 
-SPLIT_ALL = False   # P in two bf16 parts for every key block, not only the diagonal one
+# P in two bf16 parts for every key block, not only the diagonal one. With P rounded to
+# bf16 off the diagonal, 2 of 90 timed calls of `full` missed the o tolerance by one element
+# (2 bf16 ulps, H100, 2026-11-22); bench/bsa_precision_sweep.py, 12 seeds x 3 cases: worst
+# |err|/tol 0.873 (2 ulps) rounded, 0.681 (1 ulp) split, at 19-28% more time (195 -> 232 us
+# on full-window-1). Correct first: split is the default until a cheaper fix is measured.
+SPLIT_ALL = True
 
 
 def _interpreted() -> bool:
