@@ -121,7 +121,7 @@ class CallTimer:
         views of one buffer), each at a random shift (``self.pads``, bytes, by storage).
         Returns the live inputs and the (source, copy) pairs; nothing is copied yet."""
         live, pairs, made = {}, [], {}
-        self.pads = {}
+        self.pads.clear()   # in place: the worker watches this object's attributes
         for key, value in inputs.items():
             if type(value) is not self.tensor_type:
                 live[key] = value

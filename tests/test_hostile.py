@@ -44,7 +44,6 @@ def caught(result: dict) -> bool:
 
 @pytest.mark.parametrize("fixture, status, reason", [
     ("cache_by_shape", "mismatch", "timed call 1"),              # 1
-    ("cache_by_pointer", "mismatch", "timed call"),              # 1
     ("lazy_subclass", "invalid", "output 0 is Lazy, not a torch.Tensor"),  # 3
     ("filled_later", "mismatch", "NaN/inf"),                     # 3
     ("forges_result_lines", "mismatch", "q_out: "),              # 7
@@ -137,12 +136,16 @@ def test_tampering_with_the_task_files_on_disk_fails_the_run(tmp_path, monkeypat
     assert caught(result)
 
 
-def test_block_sparse_attn_replay_by_address_never_hits_a_reused_input():  # 1
-    # MAX_INPUT_SETS = 3: more timed calls than that used to cycle through the same inputs.
-    result = run("cache_by_pointer", task="block_sparse_attn", only=("smoke-window-1",),
-                 stop=StopRule(noise=0.5, min_samples=8, max_samples=8, budget_s=5))
-    assert result["cases"][0]["status"] == "mismatch"
-    assert caught(result)
+def test_replay_by_address_never_passes_a_stale_answer():  # 1
+    # Inputs land at a random place every call, so an address-keyed cache rarely hits; when
+    # it does, the stale outputs fail the check. Either way no replay passes.
+    folder = _with_torch_attention("cache_by_pointer")
+    result = run_cpu("block_sparse_attn", folder, only=("smoke-window-1",),
+                     stop=StopRule(noise=0.5, min_samples=8, max_samples=8, budget_s=5))
+    hits = (folder / "hits.txt").read_text().count("hit") if (folder / "hits.txt").exists() else 0
+    status = result["cases"][0]["status"]
+    assert status == ("mismatch" if hits else "passed"), (status, hits)
+    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def test_block_sparse_attn_subprocess_is_flagged():  # 15

@@ -65,6 +65,13 @@ def test_live_inputs_keep_their_views_and_never_touch_the_parents_tensors():
     assert torch.equal(qkv[:, 5:6], torch.zeros(2, 1, 4))  # ... until copied back after the call
 
 
+def test_every_call_places_its_inputs_somewhere_new():
+    timer = CallTimer("cpu", 0)
+    x = torch.zeros(1024)
+    addresses = {timer.stage({"x": x})[0]["x"].data_ptr() for _ in range(20)}
+    assert len(addresses) >= 15   # 8192 possible shifts: an address-keyed cache rarely hits
+
+
 def test_an_output_aliasing_an_input_comes_back_by_reference():
     timer = CallTimer("cpu", 0)
     cache = torch.zeros(4, 3)
