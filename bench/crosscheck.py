@@ -3,10 +3,10 @@ the number?
 
     python bench/crosscheck.py qknorm --suite quick [--against kbench.json] [--out DIR]
 
-For every case: fresh inputs from the task's own generator for every call, the baseline
-and the submission alternating call by call, each call timed by kbench.call_timer (the
-worker's own code: gate, inputs written after it, L2 flush, events), the same stop rule;
-no worker, no IPC, no checker in between. One do_bench figure per target beside it.
+For every case: the inputs and ground truth kbench's runner makes for every timed call
+(Runner._make), the baseline and the submission alternating call by call, each call timed
+by kbench.call_timer (the worker's own code: gate, inputs written after it, L2 flush,
+placement shifts, events) and its outputs checked, the same stop rule; no worker, no IPC. One do_bench figure per target beside it.
 With --against (a `kbench eval --json` result of the same suite) it prints, per case and
 target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
 issue "Numbers you can act on") and exits 1 if any is not.
@@ -23,8 +23,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from kbench import protocol  # noqa: E402
 from kbench.call_timer import CallTimer  # noqa: E402
-from kbench.runner import derive_seed  # noqa: E402
+from kbench.runner import Options, Runner  # noqa: E402
 from kbench.tasks import get_task, submission_file  # noqa: E402
 from kbench.timing import StopRule, flush_bytes, summarize  # noqa: E402
 
@@ -55,21 +56,24 @@ def do_bench_ms(target: Plain, inputs: dict) -> float:
 
 
 def run_case(task, case, targets, stop: StopRule) -> dict:
-    params = dict(case.params, seed=case.seed)
-    first = task.module.generate(params, "cuda")
+    runner = Runner(task, Options(device="cuda"))
+    first = runner._make(case, 0)[0]
     for t in targets:  # warm-up: compilation, autotuning, module builds
         for _ in range(3):
-            t.timer.run(t.invoke, t.prepare, first)
+            t.timer.timed(t.invoke, t.prepare, first)
         t.samples = []
     start = time.perf_counter()
     index = 1
     while True:
-        inputs = task.module.generate(dict(params, seed=derive_seed(case.seed, "crosscheck", index)), "cuda")
+        inputs, expected, _ = runner._make(case, index)
         order = targets if index % 2 else targets[::-1]
         for t in order:
-            _, sample = t.timer.timed(t.invoke, t.prepare, inputs)
+            outputs, sample = t.timer.timed(t.invoke, t.prepare, inputs)
+            check = task.module.check(protocol.resolve(outputs, inputs), tuple(expected), inputs)
+            if not check.passed and t.label == "submission":
+                raise SystemExit(f"{case.name}: {t.label} failed: {check.reason}")
             t.samples.append(sample.device_ms)
-        del inputs
+        del inputs, expected
         index += 1
         elapsed = time.perf_counter() - start
         if all(stop.verdict(t.samples, elapsed) for t in targets):

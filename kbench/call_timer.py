@@ -54,6 +54,7 @@ class Sample:
     held: bool           # the whole call was enqueued before the device reached the start event
     gate_ms: float       # gate the call ran behind (0: none)
     misses: int          # earlier tries of this call discarded because the gate was too short
+    floor_ms: float      # settle minus device time of an empty call: the host's reaction time
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class CallTimer:
             self.elapsed = torch.cuda.Event.elapsed_time
             self.spin = torch.cuda._sleep
             self.cycles_per_ms = self._spin_rate()
+            self.settle_floor_ms = self._settle_floor()
 
     # -- pieces -------------------------------------------------------------------------
     def _spin_rate(self) -> float:
@@ -110,6 +112,21 @@ class CallTimer:
         self.record(end)
         self.sync()
         return cycles / max(self.elapsed(start, end), 1e-3)
+
+    def _settle_floor(self) -> float:
+        """The settle-minus-device gap of a call that does nothing (median of 9): what an
+        honest call shows on this host, for the parent's hidden-work check."""
+        gaps = []
+        for _ in range(9):
+            start, end, done = self._events()
+            self.record(start)
+            self.record(end)
+            self.query(start)
+            self.sync()
+            self.record(done)
+            self.sync()
+            gaps.append(self.elapsed(start, done) - self.elapsed(start, end))
+        return sorted(gaps)[len(gaps) // 2]
 
     def _pad(self) -> int:
         """A random shift, in bytes, for a buffer's placement (multiples of 512 bytes, the
@@ -205,7 +222,7 @@ class CallTimer:
             host = (self.clock() - t0) * 1e3
             snap = self.outputs(out, inputs, live)
             self.copy_back(pairs)
-            return snap, Sample(host, host, host, True, 0.0, 0)
+            return snap, Sample(host, host, host, True, 0.0, 0, 0.0)
         misses = 0
         while True:
             out, live, pairs, sample = (self._graph_once if graph else self._once)(invoke, prepare, inputs)
@@ -224,7 +241,7 @@ class CallTimer:
         self.copy_back(pairs)
         self.sync()
         return snap, Sample(sample.device_ms, sample.settle_ms, sample.host_ms, sample.held,
-                            sample.gate_ms, misses)
+                            sample.gate_ms, misses, sample.floor_ms)
 
     def _events(self):
         return tuple(self.event(enable_timing=True) for _ in range(3))
@@ -240,7 +257,8 @@ class CallTimer:
         self.sync()          # device-wide: work left on other streams is waited for here
         self.record(done)
         self.sync()
-        return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate, 0)
+        return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate, 0,
+                      self.settle_floor_ms)
 
     def _once(self, invoke, prepare, inputs):
         start, end, done = self._events()

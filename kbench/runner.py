@@ -54,6 +54,7 @@ class _Series:
     device: list[float] = field(default_factory=list)   # event time on the caller's stream
     settle: list[float] = field(default_factory=list)   # start event to all streams idle
     host: list[float] = field(default_factory=list)     # host time inside the call
+    floor: list[float] = field(default_factory=list)    # an empty call's settle gap
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
     done: str | None = None       # why sampling stopped
@@ -63,6 +64,7 @@ class _Series:
         self.device.append(sample.device_ms)
         self.settle.append(sample.settle_ms)
         self.host.append(sample.host_ms)
+        self.floor.append(sample.floor_ms)
         self.held += sample.held
         self.misses += sample.misses
 
@@ -218,7 +220,7 @@ class Runner:
         host = timing.summarize(sub_series.host)
         latency, flags, notes = device, [], []
         if self.options.device == "cuda":
-            hidden = detectors.hidden_work(device, settle)
+            hidden = detectors.hidden_work(device, settle, timing.summarize(sub_series.floor).median)
             if hidden:
                 flags.append(hidden)
                 latency = settle

@@ -17,7 +17,10 @@ from .protocol import Failure
 _SPAWN = multiprocessing.get_context("spawn")
 LOG_TAIL_BYTES = 8192
 LOAD_TIMEOUT_S = 120.0
-_ERROR_LINE = re.compile(r"(Error|Exception|error:|Fatal|Segmentation fault|Aborted|core dumped)")
+# Most telling first: CUDA's own message, a Python exception line, then anything error-like.
+_ERROR_LINES = (re.compile(r"CUDA error|illegal memory access|device-side assert"),
+                re.compile(r"^[A-Za-z_.]*(Error|Exception)\b.*:"),
+                re.compile(r"(Error|Exception|error:|Fatal|Segmentation fault|Aborted|core dumped)"))
 
 
 def _user() -> str:
@@ -201,5 +204,9 @@ class WorkerProcess:
                 lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
         except OSError:
             return ""
-        errors = [line for line in lines if _ERROR_LINE.search(line)]
-        return (errors or lines or [""])[-1][:200]
+        lines = [line for line in lines if not line.startswith("frame #")]  # C++ stack frames
+        for pattern in _ERROR_LINES:
+            errors = [line for line in lines if pattern.search(line)]
+            if errors:
+                return errors[-1][:200]
+        return (lines or [""])[-1][:200]

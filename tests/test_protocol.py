@@ -13,7 +13,8 @@ from kbench.timing import StopRule
 from kbench.worker_process import WorkerProcess
 from tests.helpers import FIXTURES
 
-SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0}
+SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0,
+          "floor_ms": 0.03}
 
 
 def test_a_well_formed_timed_reply_parses():
@@ -99,7 +100,7 @@ class _FakeGate(CallTimer):
         live, pairs = self.stage(inputs)
         held = not self.gate_off and self.gate_ms >= self.needs
         self.enqueue_ms = 0.05
-        return invoke(live), live, pairs, Sample(1.0, 1.0, 0.0, held, self.gate_ms, 0)
+        return invoke(live), live, pairs, Sample(1.0, 1.0, 0.0, held, self.gate_ms, 0, 0.0)
 
 
 def test_the_gate_doubles_until_a_call_is_held_then_shrinks_back():
