@@ -10,10 +10,12 @@ from .protocol import Report
 from .timing import Summary
 
 # The device settling (all streams idle) later than the timed stream's end event, by more
-# than an empty call's gap (the host's reaction to the synchronize, 50-60 us on the H100
-# host) plus half the call and 30 us, means work ran on a stream the caller never joined.
+# than an empty call's gap plus half the call and 0.1 ms, means work ran on a stream the
+# caller never joined. Honest calls on the H100 host showed gaps of 49-65 us over the
+# event time (torch.compile, Triton, several launches, CUDA graphs), above an empty
+# call's: a 30 us slack flagged them. Unjoined work shorter than this goes unflagged.
 HIDDEN_WORK_SHARE = 0.5
-HIDDEN_WORK_SLACK_MS = 0.03
+HIDDEN_WORK_SLACK_MS = 0.1
 # A measured time this far under the case's physical floor (bytes / copy bandwidth, flops /
 # matmul rate) is a bug or a cheat.
 FLOOR_MARGIN = 0.9

@@ -18,7 +18,7 @@ _SPAWN = multiprocessing.get_context("spawn")
 LOG_TAIL_BYTES = 8192
 LOAD_TIMEOUT_S = 120.0
 # Most telling first: CUDA's own message, a Python exception line, then anything error-like.
-_ERROR_LINES = (re.compile(r"CUDA error|illegal memory access|device-side assert"),
+_ERROR_LINES = (re.compile(r"CUDA error|illegal memory access|device-side assert triggered"),
                 re.compile(r"^[A-Za-z_.]*(Error|Exception)\b.*:"),
                 re.compile(r"(Error|Exception|error:|Fatal|Segmentation fault|Aborted|core dumped)"))
 

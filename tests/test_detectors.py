@@ -11,7 +11,9 @@ def test_work_left_on_another_stream_is_flagged_and_an_honest_settle_gap_is_not(
     hidden = summarize([2.0] * 20)             # a side stream still busy for 2 ms
     assert detectors.hidden_work(device, honest, floor_ms=0.052) is None
     assert "work hidden on another stream" in detectors.hidden_work(device, hidden, floor_ms=0.052)
-    assert "work hidden" in detectors.hidden_work(device, summarize([0.008 + 0.052 + 0.05] * 20), 0.052)
+    assert "work hidden" in detectors.hidden_work(device, summarize([0.008 + 0.052 + 0.2] * 20), 0.052)
+    honest_worst = summarize([0.05216 + 0.0654] * 20)  # torch.compile on the H100, empty-call floor unknown
+    assert detectors.hidden_work(summarize([0.05216] * 20), honest_worst, 0.0) is None
 
 
 def test_below_the_physical_floor_is_flagged_only_below_it():
