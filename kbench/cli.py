@@ -100,7 +100,7 @@ def run_options(fn):
         click.option("--seed", type=int, envvar="KBENCH_SEED",
                      help="Root seed: every case gets a hidden seed from it (catches hard-coded cases)."),
         click.option("--timeout", type=float, default=120.0, show_default=True,
-                     help="Seconds any one call (or batch of timed calls) may take."),
+                     help="Seconds any one call to a worker may take (loading gets at least 120)."),
         click.option("--noise", type=float, default=0.005, show_default=True,
                      help="Stop sampling a case once the median's relative standard error is below this."),
         click.option("--budget", type=float, default=2.0, show_default=True, help="Seconds of timing per case."),

@@ -1,5 +1,5 @@
 """Submissions and baselines as the runner sees them: a worker that is restarted after
-failures, and what the parent checks about the worker's replies and the environment."""
+failures and keeps its tripwire flags, and the fingerprint of kbench's files and the environment."""
 from __future__ import annotations
 
 import os
