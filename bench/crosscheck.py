@@ -83,7 +83,8 @@ def run_case(task, case, targets, stop: StopRule) -> dict:
         s = summarize(t.samples)
         out[t.label] = {"median_ms": s.median, "ci95_ms": [s.ci_low, s.ci_high], "n": s.n,
                         "noise": s.noise, "do_bench_ms": do_bench_ms(t, first),
-                        "gate_ms": t.timer.gate_ms, "gate_off": t.timer.gate_off}
+                        "gate_ms": t.timer.gate_ms, "gate_off": t.timer.gate_off,
+                        "clock_mhz": round(t.timer.cycles_per_ms / 1e3)}
     return out
 
 

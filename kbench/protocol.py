@@ -18,11 +18,6 @@ from .call_timer import OutputRef, Sample
 
 # -- requests (parent -> worker) --------------------------------------------------------
 @dataclass(frozen=True)
-class Setup:
-    cases: list          # every case's parameters, for contracts with a setup() hook
-
-
-@dataclass(frozen=True)
 class Call:
     """One call on one input set: checked only (``timed`` False) or timed."""
 
@@ -71,6 +66,7 @@ class Report:
 @dataclass
 class Ready:
     pid: int
+    setup_s: float   # the worker's own clock: how long the contract's setup took
 
 
 @dataclass
@@ -132,7 +128,10 @@ def parse_reply(raw, *, outputs: bool, timed: bool):
         return bad
     kind = raw.get("kind")
     if kind == "ready":
-        return Ready(raw.get("pid")) if type(raw.get("pid")) is int else bad
+        pid, setup_s = raw.get("pid"), raw.get("setup_s")
+        if type(pid) is not int or type(setup_s) not in (int, float) or not 0 <= setup_s < 1e6:
+            return bad
+        return Ready(pid, float(setup_s))
     if kind == "failed":
         status, reason = raw.get("status"), raw.get("reason")
         if status not in ("invalid", "error", "crash") or not isinstance(reason, str):

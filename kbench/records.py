@@ -83,7 +83,9 @@ def summarize_run(records: list[dict]) -> dict:
 
 
 def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
-               notes: list[str], fatal: str | None) -> dict:
+               notes: list[str], fatal: str | None, wall: dict | None = None) -> dict:
+    """``wall``: where this run's time went (seconds: the whole run, each target's load and
+    setup), for a user asking why a run is slow; each case carries its own ``wall_s``."""
     roofline = getattr(task.module, "roofline", None)
     if roofline is not None:
         for rec in records:
@@ -107,5 +109,6 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             "root_seed": options.seed,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
+        "wall": wall or {},
         "notes": notes, "cases": records, "summary": summary,
     }

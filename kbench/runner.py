@@ -55,6 +55,7 @@ class _Series:
     settle: list[float] = field(default_factory=list)   # start event to all streams idle
     host: list[float] = field(default_factory=list)     # host time inside the call
     floor: list[float] = field(default_factory=list)    # an empty call's settle gap
+    gate: list[float] = field(default_factory=list)     # the gate each call ran behind
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
     done: str | None = None       # why sampling stopped
@@ -65,6 +66,7 @@ class _Series:
         self.settle.append(sample.settle_ms)
         self.host.append(sample.host_ms)
         self.floor.append(sample.floor_ms)
+        self.gate.append(sample.gate_ms)
         self.held += sample.held
         self.misses += sample.misses
 
@@ -130,13 +132,13 @@ class Runner:
         return reply.sample, (None if check.passed else check)
 
     # -- one case ---------------------------------------------------------------------
-    def run_case(self, case: Case, sub: Target, base: Target | None, setup_cases) -> dict:
-        record = self._run_case(case, sub, base, setup_cases)
+    def run_case(self, case: Case, sub: Target, base: Target | None) -> dict:
+        record = self._run_case(case, sub, base)
         record["flags"] += [f for f in sub.take_flags() if f not in record["flags"]]
         return record
 
-    def _run_case(self, case: Case, sub: Target, base: Target | None, setup_cases) -> dict:
-        failure = sub.ensure_running(setup_cases)
+    def _run_case(self, case: Case, sub: Target, base: Target | None) -> dict:
+        failure = sub.ensure_running()
         if failure:
             return case_record(case, failure.status, failure.reason)
         inputs, expected, pristine = self._make(case, 0)
@@ -150,7 +152,7 @@ class Runner:
         base_failure = None
         # The baseline is waited for only once a submission passes a first call: a submission
         # that fails every case is rejected without paying for the baseline's start.
-        if base is not None and base.ensure_running(setup_cases):
+        if base is not None and base.ensure_running():
             note = f"baseline {base.label} unavailable: {base.load_failure.reason}"
             if note not in self.notes:
                 self.notes.append(note)  # the case still runs, without a speedup
@@ -231,10 +233,15 @@ class Runner:
         if b is not None and b.failed:
             base_failure, b = f"baseline {base.label} {b.failed}", None
         base_summary = timing.summarize(b.device) if b is not None and b.device else None
-        return case_record(case, "passed", "", verdict, latency=latency, host=host,
-                           baseline=base.label if base_summary else None,
-                           baseline_latency=base_summary, flags=flags, notes=notes,
-                           baseline_failure=base_failure)
+        record = case_record(case, "passed", "", verdict, latency=latency, host=host,
+                             baseline=base.label if base_summary else None,
+                             baseline_latency=base_summary, flags=flags, notes=notes,
+                             baseline_failure=base_failure)
+        # The gate each target's calls waited behind (median, ms): how long its host enqueue took.
+        record["gate_ms"] = round(timing.summarize(sub_series.gate).median, 3)
+        if base_summary:
+            record["baseline_gate_ms"] = round(timing.summarize(b.gate).median, 3)
+        return record
 
     # -- the whole run ------------------------------------------------------------------
     def run(self, submission: Path) -> dict:
@@ -252,26 +259,31 @@ class Runner:
         setup_cases = [self._params(c) for c in cases]
         watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
         before = fingerprint(watched)
+        began = time.perf_counter()
         try:
             for target in (sub, base):
                 if target is not None:
-                    target.start()
-            sub.ready(setup_cases)
+                    target.start(setup_cases)
+            sub.ready()
             records = []
             for i, case in enumerate(cases):
                 self._say(f"[{i + 1}/{len(cases)}] {case.name}")
-                records.append(self.run_case(case, sub, base, setup_cases))
+                case_start = time.perf_counter()
+                records.append(self.run_case(case, sub, base))
+                records[-1]["wall_s"] = round(time.perf_counter() - case_start, 2)
                 if options.device == "cuda":
                     torch.cuda.empty_cache()
             fatal = None
-            if sub.load_failure is None and sub.ensure_running(setup_cases) is None:
+            if sub.load_failure is None and sub.ensure_running() is None:
                 reply = sub.request(protocol.AfterRun(), "the end-of-run check")
                 if isinstance(reply, Failure):
                     fatal = f"{reply.status}: {reply.reason}"
         finally:
-            sub.close()
-            if base is not None:
-                base.close()
+            targets = [t for t in (sub, base) if t is not None]
+            for target in targets:
+                target.ask_to_stop()
+            for target in targets:
+                target.close()
         # After the cases, and only when a time will be reported: a submission that fails
         # every case is rejected without the card's calibration.
         measure = options.calibrate and any(r["status"] == "passed" for r in records)
@@ -280,7 +292,9 @@ class Runner:
         if changed:
             fatal = (f"kbench's files or the Python environment changed during the run "
                      f"({len(changed)}: {', '.join(changed[:3])}); reinstall before trusting any result")
-        return run_record(self.task, suite, options, str(submission), calibration, records, self.notes, fatal)
+        startup = {"submission": sub.startup, **({"baseline": base.startup} if base is not None else {})}
+        return run_record(self.task, suite, options, str(submission), calibration, records, self.notes, fatal,
+                          wall={"total_s": round(time.perf_counter() - began, 2), "startup": startup})
 
     def _baseline_target(self, flush: int) -> Target | None:
         if self.options.baseline == "none":

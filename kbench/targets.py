@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import site
+import time
 from pathlib import Path
 
 from . import protocol
@@ -55,6 +56,11 @@ class Target:
         self.load_failure: Failure | None = None
         self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
         self.readied = False         # ready() has been waited for
+        self.setup_cases: list[dict] = []
+        self.started = 0.0
+        # Seconds from start() to the ready reply as this process saw it (a baseline is only
+        # waited for after the submission's first check), and setup's share, summed over restarts.
+        self.startup: dict[str, float] = {}
 
     def _absorb(self, reply) -> None:
         if isinstance(reply, protocol.Done):
@@ -64,31 +70,34 @@ class Target:
         out, self.flags = self.flags, []
         return out
 
-    def start(self) -> None:
+    def start(self, setup_cases: list[dict]) -> None:
+        """Spawn the worker: it loads the target and runs the contract's setup on its own."""
+        self.setup_cases = setup_cases
         self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
                                     flush_bytes=self.flush,
                                     interpret=self.options.device == "cpu",
-                                    timeout=self.options.timeout)
+                                    timeout=self.options.timeout, setup_cases=setup_cases)
         self.worker.start()
+        self.started = time.perf_counter()
 
-    def ready(self, setup_cases: list[dict]) -> None:
+    def ready(self) -> Failure | None:
+        """Wait for the worker started by start() to load and set up; the failure if it could not."""
         self.readied = True
         self.load_failure = self.worker.wait_ready()
-        if self.load_failure is None:
-            reply = self.request(protocol.Setup(setup_cases), what="running setup()")
-            if isinstance(reply, Failure):
-                self.load_failure = Failure(reply.status, f"setup failed: {reply.reason}")
-                self.worker.stop()
+        self.startup["ready_s"] = round(self.startup.get("ready_s", 0.0) + time.perf_counter() - self.started, 2)
+        if self.worker.setup_s is not None:
+            self.startup["setup_s"] = round(self.startup.get("setup_s", 0.0) + self.worker.setup_s, 2)
+        return self.load_failure
 
-    def ensure_running(self, setup_cases: list[dict]) -> Failure | None:
-        """Wait for the worker started by start(), or restart it if a failure stopped it;
-        the load failure if it cannot load."""
+    def ensure_running(self) -> Failure | None:
+        """Wait for the worker, or restart it if a failure stopped it; the load failure if it
+        cannot load."""
         if not self.readied:
-            self.ready(setup_cases)
+            self.ready()
         elif self.load_failure is None and not self.worker.alive:
             self.worker.cleanup()
-            self.start()
-            self.ready(setup_cases)
+            self.start(self.setup_cases)
+            self.ready()
         return self.load_failure
 
     def request(self, message, what: str):
@@ -96,6 +105,11 @@ class Target:
         reply = self.worker.request(message, what=what)
         self._absorb(reply)
         return reply
+
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit without waiting: close() then joins (workers exit in parallel)."""
+        if self.worker is not None:
+            self.worker.ask_to_stop()
 
     def close(self) -> None:
         if self.worker is not None:

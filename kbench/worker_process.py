@@ -35,15 +35,18 @@ class WorkerProcess:
     """One spawned worker holding one loaded submission or baseline."""
 
     def __init__(self, contract_path: Path, target: Path, device: str, *, flush_bytes: int,
-                 interpret: bool, timeout: float):
+                 interpret: bool, timeout: float, setup_cases: list):
         self.contract_path = Path(contract_path)
         self.target = Path(target)
         self.device = device
         self.flush_bytes = flush_bytes
         self.interpret = interpret
         self.timeout = timeout
+        self.setup_cases = setup_cases
+        self.setup_s: float | None = None   # from the ready reply
         self.process = None
         self.conn = None
+        self.stop_sent = False
         # One private folder per worker: its log, and its TMPDIR (the submission's temp files,
         # Frontier code written to disk); removed by cleanup() so nothing is left behind.
         self.tmp = tempfile.mkdtemp(prefix="kbench-worker-")
@@ -67,8 +70,9 @@ class WorkerProcess:
             self.process = _SPAWN.Process(
                 target=worker.main, daemon=True,
                 args=(child_conn, str(self.contract_path), str(self.target), self.device,
-                      self.log_path, self.flush_bytes))
+                      self.log_path, self.flush_bytes, self.setup_cases))
             self.process.start()
+            self.stop_sent = False
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -79,26 +83,33 @@ class WorkerProcess:
         self.conn = parent_conn
 
     def wait_ready(self, timeout: float | None = None) -> Failure | None:
-        """The load reply: ``None`` when ready, else a Failure."""
+        """The reply after load and setup: ``None`` when ready, else a Failure."""
         # Loading imports torch (and triton, flashinfer...) in a fresh process: seconds on a
-        # slow host, whatever --timeout a single call is given.
-        reply = self._receive(timeout or max(self.timeout, LOAD_TIMEOUT_S), "loading the submission",
+        # slow host; setup may compile. Load gets LOAD_TIMEOUT_S, setup the per-request timeout.
+        reply = self._receive(timeout or LOAD_TIMEOUT_S + self.timeout, "loading the submission and its setup",
                               outputs=False, timed=False)
         if isinstance(reply, protocol.Ready):
+            self.setup_s = reply.setup_s
             return None
         self.stop()
         if isinstance(reply, Failure):
             return reply
         return Failure("invalid", "the worker did not report ready")
 
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.is_alive():
+    def ask_to_stop(self) -> None:
+        """Send Stop and return: the worker's exit (CUDA teardown, ~1 s) overlaps other work."""
+        if self.process is not None and self.process.is_alive() and not self.stop_sent:
+            self.stop_sent = True
             try:
                 send(self.conn, protocol.Stop())
             except (OSError, ValueError):
                 pass
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            self.ask_to_stop()
             self.process.join(2)
         if self.process.is_alive():
             self._kill()

@@ -3,7 +3,8 @@
 Masks, as the original defines them: key blocks outside 0 <= kb <= qb, kb < ceil(seq_len/128)
 are skipped; query and key tokens at or beyond seq_len are masked; inside the diagonal block
 a key token must not come after the query token. Rows that see nothing (padding) get
-o = 0 and lse = -inf. Vectorised over (batch, head) per (query block, CSR slot).
+o = 0 and lse = -inf. Vectorised over every (batch, head, query block) per CSR slot:
+the slot loop is the only Python loop (a few dozen launches per call, not thousands).
 """
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ def block_sparse_attention(q, k, v, row_ptr, col_idx, seq_lens):
         return _forward(q, k, v, row_ptr, col_idx, seq_lens)
 
 
+# Rows (one per (batch*head, query block)) are processed this many at a time: bounds the
+# (rows, 128, 128) fp32 score tensors to a few hundred MB on the largest suites.
+ROW_CHUNK = 2048
+
+
 def _forward(q, k, v, row_ptr, col_idx, seq_lens):
     B, H, T, D = q.shape
     n_blocks = row_ptr.shape[-1] - 1
@@ -46,50 +52,56 @@ def _forward(q, k, v, row_ptr, col_idx, seq_lens):
     ci = col_idx.reshape(BH, -1).long()
     lens = seq_lens.long().repeat_interleave(H)  # (BH,), b-major like the flattening
     valid_blocks = (lens + BLOCK - 1) // BLOCK
-    tok = torch.arange(BLOCK, device=dev)
-    bh_all = torch.arange(BH, device=dev)
+    degree = rp[:, 1:] - rp[:, :-1]                                   # (BH, n_blocks)
+    active = (degree > 0) & (lens[:, None] > torch.arange(n_blocks, device=dev) * BLOCK)
 
     out = torch.zeros(BH, n_blocks, BLOCK, D, dtype=torch.float32, device=dev)
     lse = torch.full((BH, n_blocks, BLOCK), -math.inf, dtype=torch.float32, device=dev)
-    for qb in range(n_blocks):
-        degree = rp[:, qb + 1] - rp[:, qb]
-        active = (degree > 0) & (lens > qb * BLOCK)
-        if not bool(active.any()):
-            continue
-        rows = bh_all[active]
-        deg = degree[active]
-        start = rp[rows, qb]
-        q_tok = qb * BLOCK + tok                                   # (128,)
-        q_ok = q_tok[None, :] < lens[rows, None]                  # (R, 128)
-        qc = qf[rows, qb].float()                                  # (R, 128, D)
-        m = torch.full((len(rows), BLOCK), -math.inf, device=dev)
-        l = torch.zeros(len(rows), BLOCK, device=dev)
-        acc = torch.zeros(len(rows), BLOCK, D, device=dev)
-        for slot in range(int(deg.max())):
-            in_row = slot < deg
-            kb = ci[rows, (start + slot).clamp(max=ci.shape[1] - 1)]
-            kb_ok = in_row & (kb >= 0) & (kb <= qb) & (kb < valid_blocks[rows])
-            kb_safe = torch.where(kb_ok, kb, torch.zeros_like(kb))
-            kc = kf[rows, kb_safe].float()
-            vc = vf[rows, kb_safe].float()
-            s = torch.matmul(qc, kc.transpose(1, 2)) * SCALE       # (R, 128, 128)
-            k_tok = kb_safe[:, None] * BLOCK + tok[None, :]        # (R, 128)
-            allow = (kb_ok[:, None, None] & q_ok[:, :, None]
-                     & (k_tok[:, None, :] < lens[rows, None, None]))
-            diagonal = (kb_safe == qb)[:, None, None]
-            allow &= ~diagonal | (k_tok[:, None, :] <= q_tok[None, :, None])
-            s = s.masked_fill(~allow, -math.inf)
-            m_new = torch.maximum(m, s.amax(-1))
-            # Rows still at -inf contribute nothing; exp(-inf - -inf) would be NaN.
-            m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-            alpha = torch.where(torch.isfinite(m), torch.exp(m - m_safe), torch.zeros_like(m))
-            p = torch.exp(s - m_safe[..., None])                   # exp(-inf) = 0 where masked
-            acc = acc * alpha[..., None] + torch.matmul(p, vc)
-            l = l * alpha + p.sum(-1)
-            m = m_new
-        seen = l > 0
-        o_blk = torch.where(seen[..., None], acc / l.clamp_min(1e-30)[..., None], torch.zeros_like(acc))
-        lse_blk = torch.where(seen, m + torch.log(l.clamp_min(1e-30)), torch.full_like(l, -math.inf))
-        out[rows, qb] = o_blk
-        lse[rows, qb] = lse_blk
+    bh_all, qb_all = active.nonzero(as_tuple=True)
+    if len(bh_all):
+        slots = int(degree[bh_all, qb_all].max())
+        for first in range(0, len(bh_all), ROW_CHUNK):
+            bh, qb = bh_all[first:first + ROW_CHUNK], qb_all[first:first + ROW_CHUNK]
+            o_blk, lse_blk = _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots)
+            out[bh, qb] = o_blk
+            lse[bh, qb] = lse_blk
     return out.reshape(B, H, T, D).to(torch.bfloat16), lse.reshape(B, H, T)
+
+
+def _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots):
+    """Online softmax for the query blocks (bh[i], qb[i]), all at once, slot by slot in CSR order."""
+    dev, D = qf.device, qf.shape[-1]
+    tok = torch.arange(BLOCK, device=dev)
+    deg = rp[bh, qb + 1] - rp[bh, qb]
+    start = rp[bh, qb]
+    seq = lens[bh]
+    q_tok = qb[:, None] * BLOCK + tok[None, :]                 # (R, 128)
+    q_ok = q_tok < seq[:, None]
+    qc = qf[bh, qb].float()                                    # (R, 128, D)
+    m = torch.full((len(bh), BLOCK), -math.inf, device=dev)
+    l = torch.zeros(len(bh), BLOCK, device=dev)
+    acc = torch.zeros(len(bh), BLOCK, D, device=dev)
+    for slot in range(slots):
+        kb = ci[bh, (start + slot).clamp(max=ci.shape[1] - 1)]
+        kb_ok = (slot < deg) & (kb >= 0) & (kb <= qb) & (kb < valid_blocks[bh])
+        kb_safe = torch.where(kb_ok, kb, torch.zeros_like(kb))
+        kc = kf[bh, kb_safe].float()
+        vc = vf[bh, kb_safe].float()
+        s = torch.matmul(qc, kc.transpose(1, 2)) * SCALE       # (R, 128, 128)
+        k_tok = kb_safe[:, None] * BLOCK + tok[None, :]        # (R, 128)
+        allow = kb_ok[:, None, None] & q_ok[:, :, None] & (k_tok[:, None, :] < seq[:, None, None])
+        diagonal = (kb_safe == qb)[:, None, None]
+        allow &= ~diagonal | (k_tok[:, None, :] <= q_tok[:, :, None])
+        s = s.masked_fill(~allow, -math.inf)
+        m_new = torch.maximum(m, s.amax(-1))
+        # Rows still at -inf contribute nothing; exp(-inf - -inf) would be NaN.
+        m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        alpha = torch.where(torch.isfinite(m), torch.exp(m - m_safe), torch.zeros_like(m))
+        p = torch.exp(s - m_safe[..., None])                   # exp(-inf) = 0 where masked
+        acc = acc * alpha[..., None] + torch.matmul(p, vc)
+        l = l * alpha + p.sum(-1)
+        m = m_new
+    seen = l > 0
+    o_blk = torch.where(seen[..., None], acc / l.clamp_min(1e-30)[..., None], torch.zeros_like(acc))
+    lse_blk = torch.where(seen, m + torch.log(l.clamp_min(1e-30)), torch.full_like(l, -math.inf))
+    return o_blk, lse_blk

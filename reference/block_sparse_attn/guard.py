@@ -171,11 +171,12 @@ class CacheMonitor:
     ENV = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")
 
     def __init__(self):
-        self.root = tempfile.mkdtemp(prefix="kbench-bsa-cache-")
+        self.root = None   # made by install(); a monitor never installed watches nothing
         self.saved = {}
         self.baseline = None
 
     def install(self) -> None:
+        self.root = tempfile.mkdtemp(prefix="kbench-bsa-cache-")
         for key, sub in zip(self.ENV, ("triton", "torchinductor", "cuda", "xdg")):
             path = os.path.join(self.root, sub)
             os.makedirs(path, exist_ok=True)
@@ -190,10 +191,13 @@ class CacheMonitor:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def snapshot(self) -> dict:
         files = {}
+        if self.root is None:
+            return files
         for folder, _, names in os.walk(self.root):
             for name in names:
                 path = os.path.join(folder, name)
