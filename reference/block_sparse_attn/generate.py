@@ -93,16 +93,22 @@ def build_csr(spec, seq_lens) -> tuple[np.ndarray, np.ndarray]:
     return row_ptr, col_idx
 
 
-def materialize(spec, device: str = "cpu") -> dict:
-    """The six input tensors of one call, on ``device``."""
+def materialize(spec, device: str = "cpu", values_on_device: bool = False) -> dict:
+    """The six input tensors of one call, on ``device``. ``values_on_device``: q, k, v drawn by
+    a generator on the device (same distribution, not the original's values): for warm-up and
+    timed calls, where the original's host generator takes over a second per full-size set."""
     spec_mod.validate_spec(spec)
     seq_lens = sample_seq_lens(spec)
     row_ptr, col_idx = build_csr(spec, seq_lens.tolist())
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(spec.seed)
     shape = (spec.batch_size, spec.num_heads, spec.t_max, HEAD_DIM)
-    q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float32).to(torch.bfloat16)
-               for _ in range(3))
+    if values_on_device:
+        gen = torch.Generator(device=device).manual_seed(spec.seed)
+        q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(3))
+    else:
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(spec.seed)
+        q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float32).to(torch.bfloat16)
+                   for _ in range(3))
     return {
         "q": q.to(device), "k": k.to(device), "v": v.to(device),
         "row_ptr": torch.from_numpy(row_ptr).to(device),
