@@ -193,7 +193,10 @@ def _write(kw: dict, payload: dict, markdown: str) -> None:
 @click.option("--fail-if-slower", "fail_pct", type=float,
               help="Exit 1 when B is significantly slower than A by more than this percent "
                    "(on the geomean or any case), or when B fails a case.")
-def compare(a, b, fail_pct, **kw):
+@click.option("--normalize", is_flag=True,
+              help="Two saved results: take B/A against the baseline each timed beside the "
+                   "submission (cancels a drift of the card; adds the baseline's own noise).")
+def compare(a, b, fail_pct, normalize, **kw):
     """Compare B against A: per-case FASTER / SLOWER / SAME / UNSURE from both medians' spread.
 
     A and B are each a saved result (kbench eval --json) or a submission folder. Two
@@ -208,7 +211,7 @@ def compare(a, b, fail_pct, **kw):
     json_a, json_b = a.suffix == ".json", b.suffix == ".json"
     try:
         if json_a and json_b:
-            result = compare_runs(load_result(a), load_result(b))
+            result = compare_runs(load_result(a), load_result(b), normalize)
             task = load_result(a)["task"]
         elif not json_a and not json_b:
             device = _default_device(kw["device"])

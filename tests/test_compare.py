@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli import cli
-from kbench.compare import compare_cases, ratio_interval, regressed, verdict
+from kbench.compare import compare_cases, compare_runs, ratio_interval, regressed, verdict
+from kbench.errors import KbenchError
 from tests.helpers import FIXTURES, ROOT
 
 
@@ -94,6 +95,25 @@ def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
     assert result.exit_code == 1 and "regression: geomean 1.100x" in result.output
     result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "10"])
     assert result.exit_code == 0
+
+
+def test_saved_runs_are_not_divided_by_their_baselines_unless_asked(tmp_path):
+    # The submission held still; the baseline beside it moved 4% (FlexAttention does, between
+    # processes). By default the table says SAME-ish and shows the baseline's drift; with
+    # --normalize the baseline's move is divided out and shows up as a 4% gain.
+    runs = []
+    for name, base in (("a", 0.300), ("b", 0.288)):
+        run = json.loads(_saved(tmp_path, name, [0.100]).read_text())
+        run["cases"][0].update(baseline="flex", baseline_latency_ms=base, baseline_noise=0.001)
+        runs.append(run)
+    plain = compare_runs(*runs)
+    row = plain["rows"][0]
+    assert row["ratio"] == 1.0 and row["baseline_drift"] == 0.96 and plain["summary"]["normalized_by"] is None
+    normalized = compare_runs(*runs, normalize=True)
+    assert normalized["rows"][0]["ratio"] == round(1 / 0.96, 4) and normalized["summary"]["normalized_by"] == "flex"
+    del runs[1]["cases"][0]["baseline_latency_ms"]
+    with pytest.raises(KbenchError, match="--normalize needs the same baseline"):
+        compare_runs(*runs, normalize=True)
 
 
 def test_cli_compare_rejects_mismatched_results(tmp_path):
