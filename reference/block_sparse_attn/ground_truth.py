@@ -30,10 +30,12 @@ def _exact_fp32():
 
 
 @torch.no_grad()
-def block_sparse_attention(q, k, v, row_ptr, col_idx, seq_lens):
-    """(o bf16 (B, H, T, 128), lse fp32 (B, H, T)), natural-log logsumexp of the scaled scores."""
+def block_sparse_attention(q, k, v, row_ptr, col_idx, seq_lens, dtype=torch.float32):
+    """(o bf16 (B, H, T, 128), lse (B, H, T)), natural-log logsumexp of the scaled scores.
+    ``dtype``: the arithmetic (float32, the ground truth; float64 for the suites' health test),
+    which lse keeps."""
     with _exact_fp32():
-        return _forward(q, k, v, row_ptr, col_idx, seq_lens)
+        return _forward(q, k, v, row_ptr, col_idx, seq_lens, dtype)
 
 
 # Rows (one per (batch*head, query block)) are processed this many at a time: bounds the
@@ -41,7 +43,7 @@ def block_sparse_attention(q, k, v, row_ptr, col_idx, seq_lens):
 ROW_CHUNK = 2048
 
 
-def _forward(q, k, v, row_ptr, col_idx, seq_lens):
+def _forward(q, k, v, row_ptr, col_idx, seq_lens, dtype):
     B, H, T, D = q.shape
     n_blocks = row_ptr.shape[-1] - 1
     BH, dev = B * H, q.device
@@ -55,20 +57,20 @@ def _forward(q, k, v, row_ptr, col_idx, seq_lens):
     degree = rp[:, 1:] - rp[:, :-1]                                   # (BH, n_blocks)
     active = (degree > 0) & (lens[:, None] > torch.arange(n_blocks, device=dev) * BLOCK)
 
-    out = torch.zeros(BH, n_blocks, BLOCK, D, dtype=torch.float32, device=dev)
-    lse = torch.full((BH, n_blocks, BLOCK), -math.inf, dtype=torch.float32, device=dev)
+    out = torch.zeros(BH, n_blocks, BLOCK, D, dtype=dtype, device=dev)
+    lse = torch.full((BH, n_blocks, BLOCK), -math.inf, dtype=dtype, device=dev)
     bh_all, qb_all = active.nonzero(as_tuple=True)
     if len(bh_all):
         slots = int(degree[bh_all, qb_all].max())
         for first in range(0, len(bh_all), ROW_CHUNK):
             bh, qb = bh_all[first:first + ROW_CHUNK], qb_all[first:first + ROW_CHUNK]
-            o_blk, lse_blk = _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots)
+            o_blk, lse_blk = _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots, dtype)
             out[bh, qb] = o_blk
             lse[bh, qb] = lse_blk
     return out.reshape(B, H, T, D).to(torch.bfloat16), lse.reshape(B, H, T)
 
 
-def _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots):
+def _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots, dtype):
     """Online softmax for the query blocks (bh[i], qb[i]), all at once, slot by slot in CSR order."""
     dev, D = qf.device, qf.shape[-1]
     tok = torch.arange(BLOCK, device=dev)
@@ -77,16 +79,16 @@ def _rows(qf, kf, vf, rp, ci, lens, valid_blocks, bh, qb, slots):
     seq = lens[bh]
     q_tok = qb[:, None] * BLOCK + tok[None, :]                 # (R, 128)
     q_ok = q_tok < seq[:, None]
-    qc = qf[bh, qb].float()                                    # (R, 128, D)
-    m = torch.full((len(bh), BLOCK), -math.inf, device=dev)
-    l = torch.zeros(len(bh), BLOCK, device=dev)
-    acc = torch.zeros(len(bh), BLOCK, D, device=dev)
+    qc = qf[bh, qb].to(dtype)                                  # (R, 128, D)
+    m = torch.full((len(bh), BLOCK), -math.inf, dtype=dtype, device=dev)
+    l = torch.zeros(len(bh), BLOCK, dtype=dtype, device=dev)
+    acc = torch.zeros(len(bh), BLOCK, D, dtype=dtype, device=dev)
     for slot in range(slots):
         kb = ci[bh, (start + slot).clamp(max=ci.shape[1] - 1)]
         kb_ok = (slot < deg) & (kb >= 0) & (kb <= qb) & (kb < valid_blocks[bh])
         kb_safe = torch.where(kb_ok, kb, torch.zeros_like(kb))
-        kc = kf[bh, kb_safe].float()
-        vc = vf[bh, kb_safe].float()
+        kc = kf[bh, kb_safe].to(dtype)
+        vc = vf[bh, kb_safe].to(dtype)
         s = torch.matmul(qc, kc.transpose(1, 2)) * SCALE       # (R, 128, 128)
         k_tok = kb_safe[:, None] * BLOCK + tok[None, :]        # (R, 128)
         allow = kb_ok[:, None, None] & q_ok[:, :, None] & (k_tok[:, None, :] < seq[:, None, None])

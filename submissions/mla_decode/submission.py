@@ -126,7 +126,11 @@ def _mla_attn_kernel(
         out = acc / tl.maximum(l_i, 1e-30)[:, None]
         tl.store(opart_ptr + split * s_op_s + b * s_op_b + heads[:, None] * s_op_h + offs_v[None, :],
                  out, mask=hmask[:, None])
-        tl.store(lse_ptr + split * s_lse_s + b * s_lse_b + heads, lse, mask=hmask & (v0 == 0))
+        if V_SPLIT == 1:  # v0 is a constant 0 here; `mask & True` is not a boolean mask in the interpreter
+            lse_mask = hmask
+        else:
+            lse_mask = hmask & (v0 == 0)
+        tl.store(lse_ptr + split * s_lse_s + b * s_lse_b + heads, lse, mask=lse_mask)
     else:
         out = acc / l_i[:, None]
         tl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_v[None, :],
@@ -163,6 +167,14 @@ def _n_sms(device: torch.device) -> int:
     return 4  # the interpreter: small, so the smoke suite runs the split path
 
 
+def context_splits(bs: int, groups: int, tiles: int, device) -> tuple[int, int]:
+    """(splits, tiles per split) of each sequence's context: enough programs to fill the
+    SMs when the batch alone cannot, at least 4 tiles each, at most 16 splits."""
+    splits = max(1, min(triton.cdiv(_n_sms(device), bs * groups), triton.cdiv(tiles, 4), 16))
+    tiles_per_split = triton.cdiv(tiles, splits)
+    return triton.cdiv(tiles, tiles_per_split), tiles_per_split
+
+
 def _theta(half: int, device) -> torch.Tensor:
     """The original RoPE's theta, computed in bf16 on the CPU as it does, as fp32."""
     return (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
@@ -195,9 +207,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     block_n = CONFIG["block_n"]
     groups = triton.cdiv(H, block_h)
     tiles = triton.cdiv(kv_len, block_n)
-    splits = max(1, min(triton.cdiv(_n_sms(kv.device), bs * groups), triton.cdiv(tiles, 4), 16))
-    tiles_per_split = triton.cdiv(tiles, splits)
-    splits = triton.cdiv(tiles, tiles_per_split)
+    splits, tiles_per_split = context_splits(bs, groups, tiles, kv.device)
     o = torch.empty(bs, H, R, dtype=torch.bfloat16, device=kv.device)
     cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device)
     if splits > 1:

@@ -1,0 +1,39 @@
+"""How often the exact answer, rounded, fails a suite's own check (kbench/health.py).
+
+    python bench/suite_health.py mla_decode smoke --seeds 1000 [--device cuda]
+
+Prints per case the misses over the seeds; any miss means the case rejects a perfect
+kernel on some inputs. Backs tests/test_suite_health.py and the figures in docs/tasks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kbench.health import exact_answer_misses, health_seeds  # noqa: E402
+from kbench.tasks import get_task  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task")
+    ap.add_argument("suite")
+    ap.add_argument("--seeds", type=int, default=1000)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    task = get_task(args.task)
+    status = 0
+    for case in task.suite(args.suite).cases:
+        start = time.perf_counter()
+        misses, first = exact_answer_misses(task.module, case, health_seeds(case, args.seeds), args.device)
+        print(f"{args.task} {args.suite} {case.name}: {misses}/{args.seeds} seeds fail "
+              f"({time.perf_counter() - start:.0f} s){'; first: ' + first if first else ''}", flush=True)
+        status |= misses > 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
