@@ -72,7 +72,6 @@ class WorkerProcess:
                 args=(child_conn, str(self.contract_path), str(self.target), self.device,
                       self.log_path, self.flush_bytes, self.setup_cases))
             self.process.start()
-            self.stop_sent = False
         finally:
             for key, value in saved.items():
                 if value is None:

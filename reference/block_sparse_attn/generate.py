@@ -93,6 +93,12 @@ def build_csr(spec, seq_lens) -> tuple[np.ndarray, np.ndarray]:
     return row_ptr, col_idx
 
 
+def device_qkv(shape: tuple, seed: int, device: str) -> tuple:
+    """q, k, v bf16 drawn from ``seed`` by a generator on ``device`` (not the original's values)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(3))
+
+
 def materialize(spec, device: str = "cpu", values_on_device: bool = False) -> dict:
     """The six input tensors of one call, on ``device``. ``values_on_device``: q, k, v drawn by
     a generator on the device (same distribution, not the original's values): for warm-up and
@@ -102,8 +108,7 @@ def materialize(spec, device: str = "cpu", values_on_device: bool = False) -> di
     row_ptr, col_idx = build_csr(spec, seq_lens.tolist())
     shape = (spec.batch_size, spec.num_heads, spec.t_max, HEAD_DIM)
     if values_on_device:
-        gen = torch.Generator(device=device).manual_seed(spec.seed)
-        q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = device_qkv(shape, spec.seed, device)
     else:
         gen = torch.Generator(device="cpu")
         gen.manual_seed(spec.seed)

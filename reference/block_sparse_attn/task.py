@@ -72,9 +72,8 @@ def generate_timed(case: dict, device: str, seed: int) -> dict:
     seconds per set at the full sizes)."""
     spec = case_spec(case)
     seq_lens, row_ptr, col_idx = _structure(spec, device)
-    gen = torch.Generator(device=device).manual_seed(seed)
     shape = (spec.batch_size, spec.num_heads, spec.t_max, spec_mod.HEAD_DIM)
-    q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = gen_mod.device_qkv(shape, seed, device)
     return {"q": q, "k": k, "v": v, "row_ptr": row_ptr.clone(), "col_idx": col_idx.clone(),
             "seq_lens": seq_lens.clone()}
 

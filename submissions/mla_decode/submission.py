@@ -167,9 +167,15 @@ def _n_sms(device: torch.device) -> int:
     return 4  # the interpreter: small, so the smoke suite runs the split path
 
 
-def context_splits(bs: int, groups: int, tiles: int, device) -> tuple[int, int]:
+def _block_h(n_heads: int) -> int:
+    return min(CONFIG["block_h"], max(16, triton.next_power_of_2(n_heads)))
+
+
+def context_splits(bs: int, n_heads: int, kv_len: int, device) -> tuple[int, int]:
     """(splits, tiles per split) of each sequence's context: enough programs to fill the
     SMs when the batch alone cannot, at least 4 tiles each, at most 16 splits."""
+    groups = triton.cdiv(n_heads, _block_h(n_heads))
+    tiles = triton.cdiv(kv_len, CONFIG["block_n"])
     splits = max(1, min(triton.cdiv(_n_sms(device), bs * groups), triton.cdiv(tiles, 4), 16))
     tiles_per_split = triton.cdiv(tiles, splits)
     return triton.cdiv(tiles, tiles_per_split), tiles_per_split
@@ -202,12 +208,11 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     rope = kv.shape[-1] - R
     assert q_lat.stride(-1) == 1 and q.stride(-1) == 1 and kv.stride(-1) == 1
     assert R & (R - 1) == 0 and rope & (rope - 1) == 0, "latent and rope widths must be powers of two"
-    block_h = min(CONFIG["block_h"], max(16, triton.next_power_of_2(H)))
+    block_h = _block_h(H)
     v_split = CONFIG["v_split"] if R // CONFIG["v_split"] >= 16 else 1
     block_n = CONFIG["block_n"]
     groups = triton.cdiv(H, block_h)
-    tiles = triton.cdiv(kv_len, block_n)
-    splits, tiles_per_split = context_splits(bs, groups, tiles, kv.device)
+    splits, tiles_per_split = context_splits(bs, H, kv_len, kv.device)
     o = torch.empty(bs, H, R, dtype=torch.bfloat16, device=kv.device)
     cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device)
     if splits > 1:
