@@ -144,7 +144,7 @@ def gpu_tests(out: Path, table: Table, limit: float = 400) -> None:
     # The GPU tests of the bundled solutions are left out: the eval runs above check the same
     # thing on every case (a minute of the 9 this script may take).
     covered = [f"--deselect=tests/{t}" for t in COVERED_BY_EVAL_RUNS]
-    code, wall, _ = run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", "gpu",
+    code, wall, _ = run([sys.executable, "-m", "pytest", "-q", "-rA", "--durations=40", "-p", "no:cacheprovider", "-m", "gpu",
                          "tests/", *covered], out, "gpu-tests", limit)
     lines = (out / "gpu-tests.log").read_text().splitlines()
     # -rA's summary: "PASSED tests/x.py::test", "SKIPPED [n] tests/x.py:line: why" (a skip is not a pass)

@@ -106,7 +106,10 @@ class AuditLog:
             what = self._describe(event, args)
             if what:
                 frame, importing = self._culprit()
-                if frame is not None and not (importing and what.startswith("read ")):
+                # The import system reads modules and writes their bytecode cache: not the
+                # submission's doing, even when its import statement set it off.
+                if frame is not None and not (importing and (what.startswith("read ")
+                                                             or _bytecode_cache(event, args))):
                     self._record(what, frame)
         except Exception:  # noqa: BLE001 - a tripwire must never break the call it watches
             pass
@@ -137,6 +140,18 @@ class AuditLog:
         if outside:
             return f"{_FS_EVENTS[event]} {outside[-1]}, outside its folder"
         return None
+
+
+def _bytecode_cache(event: str, args) -> bool:
+    """An event on the interpreter's bytecode cache only (a __pycache__ folder, or under
+    sys.pycache_prefix): the file, its temporary name, the folders made for it."""
+    if event not in ("open", "os.mkdir", "os.rename"):
+        return False
+    prefix = sys.pycache_prefix and os.path.abspath(sys.pycache_prefix) + os.sep
+    paths = [os.path.abspath(os.fsdecode(a)) for a in (args[:1] if event != "os.rename" else args[:2])
+             if isinstance(a, (str, bytes, os.PathLike))]
+    return bool(paths) and all((prefix and (p + os.sep).startswith(prefix)) or "__pycache__" in p.split(os.sep)
+                               for p in paths)
 
 
 def _short(args) -> str:

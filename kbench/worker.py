@@ -197,7 +197,23 @@ def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
     ready = {"kind": "ready", "pid": os.getpid(), "setup_s": round(_perf_counter() - loaded, 3)}
     if not _reply(conn, ready, target):
         return
+    profile_dir = os.environ.get("KBENCH_PROFILE_DIR")
+    if profile_dir:  # a developer's view of the worker's own cost per request (docs/measurement.md)
+        import cProfile
 
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            _serve(conn, caller, contract, audit, watch, target)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"worker-{target.stem}-{os.getpid()}.prof"))
+        return
+    _serve(conn, caller, contract, audit, watch, target)
+
+
+def _serve(conn, caller: Caller, contract, audit: AuditLog, watch: Watch, target: Path) -> None:
+    """Answer requests until Stop or a closed channel."""
     while True:
         try:
             request = receive_trusted(conn)

@@ -1,11 +1,11 @@
 import math
 
-from kbench.timing import StopRule, quantile, summarize
+from kbench.timing import StopRule, harrell_davis_median, quantile, relative_noise, summarize
 
 
 def test_summary_median_quartiles_and_interval():
     s = summarize([float(x) for x in range(1, 102)])  # 1..101
-    assert s.median == 51 and s.q1 == 26 and s.q3 == 76
+    assert math.isclose(s.median, 51) and s.q1 == 26 and s.q3 == 76
     assert s.ci_low < 51 < s.ci_high
     assert s.ci_low >= 40 and s.ci_high <= 62
 
@@ -15,6 +15,41 @@ def test_noise_is_relative_standard_error_of_the_median():
     expected = 1.2533 * (s.iqr / 1.349) / math.sqrt(100) / s.median
     assert math.isclose(s.noise, expected)
     assert summarize([5.0] * 20).noise == 0.0
+
+
+def test_stop_rule_noise_matches_the_summary():
+    xs = [1.0, 1.1, 1.3, 0.9, 1.05, 1.2, 0.95, 1.15, 1.07]
+    s = summarize(xs)
+    assert math.isclose(relative_noise(xs), s.noise, rel_tol=0.02)  # against the middle sample
+    assert relative_noise([2.0] * 30) == 0.0 and math.isinf(relative_noise([1.0]))
+
+
+def test_median_matches_the_middle_sample_on_one_cluster():
+    import random
+    rnd = random.Random(3)
+    xs = sorted(rnd.gauss(5.0, 0.1) for _ in range(201))
+    s = summarize(xs)
+    assert s.ci_low <= s.median <= s.ci_high
+    assert abs(s.median - xs[100]) < 0.02
+    assert math.isclose(summarize([4.32] * 40).median, 4.32)
+
+
+def test_median_of_two_even_clusters_does_not_jump_with_one_sample():
+    """A kernel alternating between two speeds: the middle sample jumps a whole cluster when
+    one call more lands in the other; the Harrell-Davis estimate moves by a fraction."""
+    low, high = [7.1] * 50, [8.1] * 50
+    more_low = sorted(low + [7.1] + high)
+    more_high = sorted(low + high + [8.1])
+    assert more_high[50] - more_low[50] == 1.0  # the middle sample: a whole cluster apart
+    moved = harrell_davis_median(more_high) - harrell_davis_median(more_low)
+    assert 0 < moved < 0.2
+    assert 7.4 < harrell_davis_median(sorted(low + high)) < 7.8
+
+
+def test_median_of_tiny_samples():
+    assert harrell_davis_median([3.0]) == 3.0
+    assert harrell_davis_median([1.0, 3.0]) == 2.0
+    assert math.isnan(harrell_davis_median([]))
 
 
 def test_quantile_interpolates():
