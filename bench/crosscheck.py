@@ -64,10 +64,13 @@ def run_case(task, case, targets, stop: StopRule) -> dict:
         t.samples = []
     start = time.perf_counter()
     index = 1
+    live = list(targets)   # still being timed: the runner's stop rule, targets together
     while True:
         inputs, expected, _ = runner._make(case, index)
         order = targets if index % 2 else targets[::-1]
         for t in order:
+            if t not in live:
+                continue
             outputs, sample = t.timer.timed(t.invoke, t.prepare, inputs)
             check = task.module.check(protocol.resolve(outputs, inputs), tuple(expected), inputs)
             if not check.passed and t.label == "submission":
@@ -76,7 +79,9 @@ def run_case(task, case, targets, stop: StopRule) -> dict:
         del inputs, expected
         index += 1
         elapsed = time.perf_counter() - start
-        if all(stop.verdict(t.samples, elapsed) for t in targets):
+        verdicts = stop.verdicts([t.samples for t in live], elapsed)
+        live = [t for t, why in zip(live, verdicts) if not why]
+        if not live:
             break
     out = {"case": case.name}
     for t in targets:

@@ -209,16 +209,10 @@ class Runner:
                     return case_record(case, bad.status, reason, check)
                 s.failed = f"{bad.status}: {reason}"
             del inputs, expected, pristine
-            # All targets stop together: while one still needs samples, the rounds (inputs,
-            # ground truth) are made anyway and another call of each other target is cheap;
-            # a median of 10 samples jumps between a kernel's speed clusters (0.16 us steps
-            # on the H100), one of 100 does not.
             elapsed = time.perf_counter() - start
             live = [series[id(t)] for t in targets if series[id(t)].active]
-            verdicts = [stop.verdict(s.device, elapsed) for s in live]
-            for s, why in zip(live, verdicts):
-                if all(verdicts) or why == "max samples":
-                    s.done = why
+            for s, why in zip(live, stop.verdicts([s.device for s in live], elapsed)):
+                s.done = why
         return None
 
     def _finish(self, case, verdict, sub, base, series, base_failure) -> dict:

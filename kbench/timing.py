@@ -116,6 +116,19 @@ class StopRule:
     min_samples: int = 10
     max_samples: int = 1000
     budget_s: float = 2.0
+    # A target that met its rule keeps being timed beside the others up to this many samples
+    # (``verdicts``): a middle of 10 samples jumps between a kernel's speed steps, one of 50
+    # does not, and the rounds go on for the others anyway.
+    together_up_to: int = 50
+
+    def verdicts(self, series: list[list[float]], elapsed_s: float) -> list[str | None]:
+        """Each target's verdict, the targets of one case taken together: a target whose own
+        rule is met stops when all of them have, or once it has ``together_up_to`` samples."""
+        own = [self.verdict(samples, elapsed_s) for samples in series]
+        if all(own):
+            return own
+        return [why if why and (why == "max samples" or len(samples) >= self.together_up_to) else None
+                for why, samples in zip(own, series)]
 
     def verdict(self, samples: list[float], elapsed_s: float) -> str | None:
         n = len(samples)

@@ -74,3 +74,15 @@ def test_stop_rule_gives_up_on_min_samples_at_four_budgets():
     rule = StopRule(noise=1e-9, min_samples=10, budget_s=1.0)
     assert rule.verdict([1.0, 2.0], 3.9) is None
     assert rule.verdict([1.0, 2.0], 4.1) == "budget"
+
+
+def test_targets_stop_together_up_to_a_cap():
+    rule = StopRule(noise=0.01, min_samples=10, budget_s=1.0, together_up_to=50)
+    quiet, noisy = [1.0] * 10, [1.0, 2.0] * 5
+    # the quiet one met its rule, the noisy one has not: both go on
+    assert rule.verdicts([quiet, noisy], 0.1) == [None, None]
+    # at the cap the quiet one stops on its own
+    assert rule.verdicts([[1.0] * 50, noisy * 5], 0.1) == ["noise target", None]
+    # once every target has its verdict, all stop
+    assert rule.verdicts([quiet, noisy], 1.0) == ["noise target", "budget"]
+    assert rule.verdicts([quiet], 0.1) == ["noise target"]
