@@ -18,6 +18,19 @@ from .call_timer import OutputRef, Sample
 
 # -- requests (parent -> worker) --------------------------------------------------------
 @dataclass(frozen=True)
+class Assign:
+    """The first message to a worker: what to load, on which device, and the cases whose
+    parameters the contract's setup gets (kbench/spare_workers.py)."""
+
+    contract_path: str
+    target_path: str
+    device: str
+    flush_bytes: int
+    interpret: bool       # run Triton kernels in its interpreter (CPU mode)
+    setup_cases: list
+
+
+@dataclass(frozen=True)
 class Call:
     """One call on one input set: checked only (``timed`` False) or timed."""
 

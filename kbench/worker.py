@@ -150,15 +150,31 @@ def _reply(conn, message: dict, target: Path) -> bool:
             return False
 
 
-def main(conn, contract_path: str, target_path: str, device: str, log_path: str,
-         flush_bytes: int, setup_cases: list) -> None:
-    """Entry point of the spawned worker process: load, run the contract's setup (on every
-    case's parameters) at once, report ready, then answer requests until Stop."""
+def main(conn, log_path: str) -> None:
+    """Entry point of the spawned worker process (through kbench/worker_entry.py): wait for
+    the assignment, load, run the contract's setup (on every case's parameters) at once,
+    report ready, then answer requests until Stop."""
     try:
         os.setsid()  # own process group: the parent kills the worker and whatever it spawned
     except OSError:
         pass
     _redirect_output(log_path)
+    try:
+        job = receive_trusted(conn)
+    except (EOFError, OSError):
+        return  # the parent exited before it needed this worker
+    if not isinstance(job, protocol.Assign):
+        return
+    # Before anything imports Triton: it reads this once.
+    if job.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    _serve_assignment(conn, job.contract_path, job.target_path, job.device, job.flush_bytes, job.setup_cases)
+
+
+def _serve_assignment(conn, contract_path: str, target_path: str, device: str, flush_bytes: int,
+                      setup_cases: list) -> None:
     target = Path(target_path).resolve()
     audit = AuditLog([str(target.parent)], [tempfile.gettempdir()])
     try:

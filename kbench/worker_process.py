@@ -1,34 +1,23 @@
 """Parent-side handle on a worker process: start it, ask it things with a deadline, kill it."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
-from . import protocol, worker
+from . import protocol, spare_workers
 from .channel import UnsafeReply, receive_untrusted, send
 from .protocol import Failure
 
-_SPAWN = multiprocessing.get_context("spawn")
 LOG_TAIL_BYTES = 8192
 LOAD_TIMEOUT_S = 120.0
 # Most telling first: CUDA's own message, a Python exception line, then anything error-like.
 _ERROR_LINES = (re.compile(r"CUDA error|illegal memory access|device-side assert triggered"),
                 re.compile(r"^[A-Za-z_.]*(Error|Exception)\b.*:"),
                 re.compile(r"(Error|Exception|error:|Fatal|Segmentation fault|Aborted|core dumped)"))
-
-
-def _user() -> str:
-    try:
-        import getpass
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001
-        return str(os.getuid())
 
 
 class WorkerProcess:
@@ -47,39 +36,22 @@ class WorkerProcess:
         self.process = None
         self.conn = None
         self.stop_sent = False
-        # One private folder per worker: its log, and its TMPDIR (the submission's temp files,
-        # Frontier code written to disk); removed by cleanup() so nothing is left behind.
-        self.tmp = tempfile.mkdtemp(prefix="kbench-worker-")
-        self.log_path = os.path.join(self.tmp, "worker.log")
+        # The worker's private folder (its log, its TMPDIR), removed by cleanup() so nothing
+        # is left behind; set by start().
+        self.tmp: str | None = None
+        self.log_path = os.devnull
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
-        parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
-        # The worker inherits the environment at spawn: Triton must see this before import.
-        env = {"TRITON_INTERPRET": "1" if self.interpret else None, "TMPDIR": self.tmp,
-               # torch's compile cache would otherwise follow TMPDIR and be lost after every run
-               "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
-                   tempfile.gettempdir(), f"torchinductor_{_user()}")}
-        saved = {k: os.environ.get(k) for k in env}
-        for key, value in env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        """Take a started worker (kbench/spare_workers.py) and tell it what to load."""
+        bare = spare_workers.take()
+        self.process, self.conn, self.tmp, self.log_path = bare.process, bare.conn, bare.tmp, bare.log_path
+        self.stop_sent = False
         try:
-            self.process = _SPAWN.Process(
-                target=worker.main, daemon=True,
-                args=(child_conn, str(self.contract_path), str(self.target), self.device,
-                      self.log_path, self.flush_bytes, self.setup_cases))
-            self.process.start()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-        child_conn.close()
-        self.conn = parent_conn
+            send(self.conn, protocol.Assign(str(self.contract_path), str(self.target), self.device,
+                                            self.flush_bytes, self.interpret, self.setup_cases))
+        except (OSError, ValueError):
+            pass  # a dead worker: wait_ready reports it
 
     def wait_ready(self, timeout: float | None = None) -> Failure | None:
         """The reply after load and setup: ``None`` when ready, else a Failure."""
@@ -120,7 +92,8 @@ class WorkerProcess:
 
     def cleanup(self) -> None:
         self.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _kill_group(self) -> None:
         """Processes the submission started (the worker leads its own process group)."""

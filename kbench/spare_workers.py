@@ -1,0 +1,108 @@
+"""Worker processes started before the parent imports torch.
+
+Every worker imports torch (2-3 s on a slow host) before it can load a submission, and
+so does the parent. ``kbench eval`` and ``kbench compare`` start their workers first
+(kbench/launch.py), so the two imports overlap instead of following each other; a worker
+then waits for its assignment (``protocol.Assign``: which contract, which submission,
+which device). Nothing here imports torch. A worker started on demand goes the same way:
+spawned bare, then assigned.
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def _user() -> str:
+    try:
+        import getpass
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return str(os.getuid())
+
+
+@dataclass
+class BareWorker:
+    """A spawned worker process not yet told what to load; ``tmp`` is its private folder
+    (its log, and its TMPDIR: the submission's temp files)."""
+
+    process: object
+    conn: object
+    tmp: str
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.tmp, "worker.log")
+
+    def discard(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, TypeError, OSError):
+            pass
+        self.process.join(5)
+        self.conn.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def spawn() -> BareWorker:
+    """Start one worker process; it imports torch and waits for its assignment."""
+    from . import worker_entry
+
+    tmp = tempfile.mkdtemp(prefix="kbench-worker-")
+    parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
+    # The worker inherits the environment at spawn (TRITON_INTERPRET it sets itself on
+    # assignment, before anything imports Triton).
+    env = {"TMPDIR": tmp, "TRITON_INTERPRET": None,
+           # torch's compile cache would otherwise follow TMPDIR and be lost after every run
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+               tempfile.gettempdir(), f"torchinductor_{_user()}")}
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        process = _SPAWN.Process(target=worker_entry.main, args=(child_conn, os.path.join(tmp, "worker.log")),
+                                 daemon=True)
+        process.start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    child_conn.close()
+    return BareWorker(process, parent_conn, tmp)
+
+
+_spares: list[BareWorker] = []
+
+
+def prestart(count: int) -> None:
+    """Start ``count`` workers now; ``take`` hands them out, the rest go at exit."""
+    for _ in range(count):
+        _spares.append(spawn())
+
+
+def take() -> BareWorker:
+    """A started worker: a spare if one is alive, else a new one."""
+    while _spares:
+        spare = _spares.pop(0)
+        if spare.process.is_alive():
+            return spare
+        spare.discard()
+    return spawn()
+
+
+@atexit.register
+def _discard_spares() -> None:
+    while _spares:
+        _spares.pop().discard()

@@ -1,0 +1,46 @@
+"""The `kbench` launcher: workers started before torch is imported, none left behind."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from kbench.launch import _workers_needed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_workers_started_first_match_the_command():
+    assert _workers_needed(["eval", "submissions/qknorm"]) == 2
+    assert _workers_needed(["eval", "submissions/qknorm", "--baseline", "none"]) == 1
+    assert _workers_needed(["compare", "a", "b"]) == 2
+    assert _workers_needed(["compare", "a.json", "b.json"]) == 0
+    assert _workers_needed(["eval", "--help"]) == 0
+    assert _workers_needed(["list"]) == 0
+    assert _workers_needed([]) == 0
+
+
+def test_the_launcher_imports_no_torch_before_it_starts_the_workers():
+    out = subprocess.run([sys.executable, "-c", "import sys, kbench.launch, kbench.spare_workers, kbench.worker_entry;"
+                          "print('torch' in sys.modules)"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_unused_spare_workers_are_gone_at_exit(tmp_path):
+    """Spares that no run took are killed and their folders removed when kbench exits."""
+    script = textwrap.dedent("""
+        import os, sys
+        from kbench import spare_workers
+        spare_workers.prestart(2)
+        print(" ".join(f"{s.process.pid}:{s.tmp}" for s in spare_workers._spares), flush=True)
+    """)
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    spares = [item.split(":", 1) for item in out.stdout.split()]
+    assert len(spares) == 2
+    for pid, folder in spares:
+        assert not Path(folder).exists()
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    assert list(tmp_path.glob("kbench-worker-*")) == []
