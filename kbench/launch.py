@@ -15,9 +15,9 @@ def _workers_needed(args: list[str]) -> int:
         return 0
     if args[0] == "compare" and any(a.endswith(".json") for a in args[1:]):
         return 0
-    if args[0] == "eval" and "none" in args and "--baseline" in args:
-        return 1
-    return 2
+    no_baseline = "--baseline=none" in args or any(
+        a == "--baseline" and b == "none" for a, b in zip(args, args[1:]))
+    return 1 if args[0] == "eval" and no_baseline else 2
 
 
 def main() -> None:

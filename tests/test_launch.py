@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_workers_started_first_match_the_command():
     assert _workers_needed(["eval", "submissions/qknorm"]) == 2
     assert _workers_needed(["eval", "submissions/qknorm", "--baseline", "none"]) == 1
+    assert _workers_needed(["eval", "submissions/qknorm", "--baseline=none"]) == 1
+    assert _workers_needed(["eval", "none", "--baseline", "torch"]) == 2
     assert _workers_needed(["compare", "a", "b"]) == 2
     assert _workers_needed(["compare", "a.json", "b.json"]) == 0
     assert _workers_needed(["eval", "--help"]) == 0
