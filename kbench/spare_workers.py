@@ -92,6 +92,13 @@ def prestart(count: int) -> None:
         _spares.append(spawn())
 
 
+def keep_warm(count: int) -> None:
+    """Have ``count`` started workers waiting (a run of many evaluations, a restart after a
+    crash: the next worker has imported torch already)."""
+    alive = [s for s in _spares if s.process.is_alive()]
+    prestart(max(0, count - len(alive)))
+
+
 def take() -> BareWorker:
     """A started worker: a spare if one is alive, else a new one."""
     while _spares:

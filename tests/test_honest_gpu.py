@@ -4,12 +4,21 @@ sizes, both kv-head counts and batch 1 to 256 (all six: twice the time for no ne
 class; torch.compile recompiles per shape)."""
 import pytest
 
+from kbench import spare_workers
 from kbench.runner import Options, evaluate
 from kbench.tasks import get_task
 from kbench.timing import StopRule
 from tests.helpers import FIXTURES
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _next_worker_warm():
+    """Each test starts the next test's worker (spare_workers): it imports torch meanwhile."""
+    spare_workers.keep_warm(2)
+
+
 HONEST = sorted(p.parent for p in (FIXTURES / "honest" / "qknorm").glob("*/submission.py"))
 CASES = ("kv8_q32_d64_b256", "kv8_q32_d128_b1", "kv32_q32_d128_b256")
 

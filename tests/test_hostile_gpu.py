@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from kbench import spare_workers
 from kbench.cli import exit_code
 from kbench.runner import Options, evaluate
 from kbench.tasks import get_task
@@ -12,6 +13,14 @@ from kbench.timing import StopRule
 from tests.helpers import FIXTURES, ROOT
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _next_worker_warm():
+    """Each test starts the next test's worker (spare_workers): it imports torch meanwhile."""
+    spare_workers.keep_warm(2)
+
+
 HOSTILE = FIXTURES / "hostile" / "qknorm"
 CASES = ("b3_q5_kv2_d64_f16", "b2_q3_kv1_d256_bf16")
 LOG = os.environ.get("KBENCH_HOSTILE_LOG")  # where the GPU run writes each record, for the report

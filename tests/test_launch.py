@@ -46,3 +46,24 @@ def test_unused_spare_workers_are_gone_at_exit(tmp_path):
         assert not Path(folder).exists()
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     assert list(tmp_path.glob("kbench-worker-*")) == []
+
+
+def test_keep_warm_tops_up_the_spares(monkeypatch):
+    from kbench import spare_workers
+
+    class Proc:
+        def __init__(self, alive):
+            self.alive = alive
+
+        def is_alive(self):
+            return self.alive
+
+    started = []
+    monkeypatch.setattr(spare_workers, "prestart", lambda count: started.append(count))
+    monkeypatch.setattr(spare_workers, "_spares", [])
+    spare_workers.keep_warm(2)
+    monkeypatch.setattr(spare_workers, "_spares", [spare_workers.BareWorker(Proc(True), None, "x"),
+                                                   spare_workers.BareWorker(Proc(False), None, "y")])
+    spare_workers.keep_warm(2)   # one alive: one more
+    spare_workers.keep_warm(1)   # enough
+    assert started == [2, 1, 0]
