@@ -2,6 +2,7 @@
 the number?
 
     python bench/crosscheck.py qknorm --suite quick [--against kbench.json] [--out DIR]
+    python bench/crosscheck.py block_sparse_attn --cases quick-window-1 --only baseline
 
 For every case: the inputs and ground truth kbench's runner makes for every timed call
 (Runner._make), the baseline and the submission alternating call by call, each call timed
@@ -115,6 +116,9 @@ def main() -> int:
     ap.add_argument("--against", type=Path, help="a kbench eval --json result of the same suite")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--budget", type=float, default=StopRule().budget_s)
+    ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    ap.add_argument("--only", choices=("baseline", "submission"), default=None,
+                    help="time one target alone (a process of its own, as in kbench)")
     ap.add_argument("--no-gate", action="store_true",
                     help="diagnostic: no gate, the flush alone covers the host (the old protocol)")
     args = ap.parse_args()
@@ -126,9 +130,13 @@ def main() -> int:
     if baselines:
         name, path = next(iter(baselines.items()))
         targets.insert(0, Plain("baseline", task, path))
+    if args.only:
+        targets = [t for t in targets if t.label == args.only]
     for t in targets:
         t.timer.gate_off = args.no_gate
     cases = task.suite(args.suite).cases
+    if args.cases:
+        cases = [c for c in cases if c.name in args.cases.split(",")]
     setup = getattr(task.contract, "setup", None)
     if setup is not None:
         for t in targets:
