@@ -66,10 +66,10 @@ class Summary:
 
     @property
     def noise(self) -> float:
-        """Relative standard error of the median, from the IQR (robust to outliers)."""
+        """Relative standard error of the median, read off its 95% interval (half-width / 1.96)."""
         if self.n < 2 or self.median <= 0:
             return math.inf
-        return _noise(self.n, self.iqr, self.median)
+        return _noise(self.ci_low, self.ci_high, self.median)
 
 
 def summarize(samples: list[float]) -> Summary:
@@ -77,11 +77,14 @@ def summarize(samples: list[float]) -> Summary:
     n = len(xs)
     if n == 0:
         return Summary(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-    # Order statistics bracketing the median with >= 95% coverage (binomial, normal approx.).
-    half = 1.96 * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half) - 1)
-    hi = min(n - 1, math.ceil(n / 2 + half))
+    lo, hi = _interval_ranks(n)
     return Summary(n, harrell_davis_median(xs), quantile(xs, 0.25), quantile(xs, 0.75), xs[lo], xs[hi])
+
+
+def _interval_ranks(n: int) -> tuple[int, int]:
+    """Order statistics bracketing the median with >= 95% coverage (binomial, normal approx.)."""
+    half = 1.96 * math.sqrt(n) / 2
+    return max(0, math.floor(n / 2 - half) - 1), min(n - 1, math.ceil(n / 2 + half))
 
 
 def relative_noise(samples: list[float]) -> float:
@@ -91,11 +94,17 @@ def relative_noise(samples: list[float]) -> float:
     mid = quantile(xs, 0.5)
     if len(xs) < 2 or mid <= 0:
         return math.inf
-    return _noise(len(xs), quantile(xs, 0.75) - quantile(xs, 0.25), mid)
+    lo, hi = _interval_ranks(len(xs))
+    return _noise(xs[lo], xs[hi], mid)
 
 
-def _noise(n: int, iqr: float, median: float) -> float:
-    return 1.2533 * (iqr / 1.349) / math.sqrt(n) / median
+def _noise(ci_low: float, ci_high: float, median: float) -> float:
+    """The relative standard error the stop rule and compare use: the reported interval's
+    half-width / 1.96. Not the IQR formula (1.25 IQR / 1.349 / sqrt(n)): on the H100 a
+    few-microsecond kernel's times fall on a few timer ticks, its IQR can be one tick while
+    its 10 samples span 5%, and that formula read 0.2% and stopped there (medians of 10
+    calls then moved 1-3% between runs)."""
+    return (ci_high - ci_low) / (2 * 1.96) / median
 
 
 @dataclass
@@ -109,9 +118,9 @@ class StopRule:
     call takes seconds).
     """
 
-    # 1%: a median of a few-microsecond kernel moves 1-4% between processes on the H100
-    # (placement, code fetch: docs/measurement.md), so a tighter figure in one process only
-    # costs time; at 0.5% flashinfer's qknorm needed ~350 calls per case, the whole budget.
+    # 1%: the reported 95% interval within about +-2%. A few-microsecond kernel's median still
+    # moves ~1% between processes on the H100 (launch gaps fixed per process:
+    # docs/measurement.md), so a tighter figure in one process only costs time.
     noise: float = 0.01
     min_samples: int = 10
     max_samples: int = 1000

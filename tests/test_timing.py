@@ -12,9 +12,21 @@ def test_summary_median_quartiles_and_interval():
 
 def test_noise_is_relative_standard_error_of_the_median():
     s = summarize([10.0] * 50 + [11.0] * 50)
-    expected = 1.2533 * (s.iqr / 1.349) / math.sqrt(100) / s.median
-    assert math.isclose(s.noise, expected)
+    assert math.isclose(s.noise, (s.ci_high - s.ci_low) / (2 * 1.96) / s.median)
+    assert s.noise > 0.02    # the interval straddles both clusters
     assert summarize([5.0] * 20).noise == 0.0
+
+
+def test_quantized_samples_with_a_one_tick_iqr_are_not_called_precise():
+    """Ten calls on a few timer ticks (32 ns on the H100) with two strays: the IQR is one
+    tick, the interval the median can honestly claim spans 6%: no stop at 1%."""
+    xs = [6.016] * 4 + [6.048] * 4 + [5.9, 6.3]
+    iqr_formula = 1.2533 * ((quantile(sorted(xs), 0.75) - quantile(sorted(xs), 0.25)) / 1.349) / math.sqrt(10) / 6.03
+    assert iqr_formula < 0.005                      # what the old rule read
+    assert relative_noise(xs) > 0.01
+    assert StopRule(noise=0.01, min_samples=10, budget_s=1.0).verdict(xs, 0.1) is None
+    tight = [6.016] * 25 + [6.048] * 25 + [5.9, 6.3]   # more calls: the same strays no longer matter
+    assert relative_noise(tight) < 0.01
 
 
 def test_stop_rule_noise_matches_the_summary():
