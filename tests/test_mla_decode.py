@@ -28,7 +28,7 @@ model = sys.modules["_kbench_mla_decode_mla_model"]
 
 def seed_forward_unchunked(inputs: dict):
     """The published reference forward, transcribed step by step, on the whole batch at once."""
-    cfg = task.config_of(inputs)
+    cfg = model.config_of(inputs)
     cache = model.KVCache.wrap(inputs["kv_data"].clone(), inputs["prefill"])
     x = inputs["x"]
     bs, H = x.shape[0], cfg.n_heads
