@@ -176,8 +176,8 @@ CONTRACT = Interface("contract.py", (
     Name("SUBMISSION_FILES", "SUBMISSION_FILES: tuple[str, ...]",
          "file names looked for in a submission folder, in order", kind="names"),
     Name("load", "load(path: Path) -> entry",
-         "import the submission (a file, or a folder holding one of SUBMISSION_FILES) and return what "
-         "`call` needs; raise `ContractError` for a broken contract", args=1),
+         "import the submission file at `path` (the one kbench found with SUBMISSION_FILES) and return "
+         "what `call` needs; raise `ContractError` for a broken contract (the case is `invalid`)", args=1),
     Name("call", "call(entry, args) -> tuple[Tensor, ...]",
          "call the submission on the (prepared) inputs and return its outputs in the order of "
          "`task.reference`", args=2),
@@ -189,6 +189,6 @@ CONTRACT = Interface("contract.py", (
          "(compile everything here); an exception fails the load as `setup failed: ...`",
          required=False, args=3),
     Name("after_run", "after_run(entry) -> None",
-         "once after the last case; an exception fails the run (block_sparse_attn: no compile cache "
-         "changed after setup)", required=False, args=1),
+         "in the submission's worker, after the last case; an exception fails the run "
+         "(block_sparse_attn: no compile cache changed after setup)", required=False, args=1),
 ))
