@@ -44,3 +44,21 @@ def test_other_shapes_are_refused_with_one_line(bad, message):
     with pytest.raises(KbenchError) as caught:
         native.validate(bad, "t")
     assert str(caught.value) == message
+
+
+def test_a_gpu_run_record_carries_the_native_score_and_reports_it():
+    # The GPU-only path of kbench/records.py, run on made-up case records (no GPU needed).
+    from kbench.records import case_record, run_record
+    from kbench.report import text_report
+    from kbench.runner import Options
+    from kbench.timing import summarize
+
+    task = get_task("qknorm")
+    suite = task.suite("quick")
+    records = [case_record(c, "passed", "", latency=summarize([0.004, 0.005, 0.006]), host=summarize([0.01]),
+                           baseline="flashinfer", baseline_latency=summarize([0.008, 0.009, 0.010]))
+               for c in suite.cases]
+    run = run_record(task, suite, Options(device="cuda"), "sub", {"device": "cuda"}, records, [], None)
+    assert run["summary"]["native"] == native.score("Frontier-CS score", 100.0, unit="points", lower_is_better=False,
+                                                    score_unbounded=180.0)
+    assert "Frontier-CS score" in text_report(run)
