@@ -2,9 +2,9 @@
 
 ``reference/<task>/task.py`` (``TASK``) is the parent side: inputs, ground truth, checker,
 baselines, score. ``reference/<task>/contract.py`` (``CONTRACT``) is the worker side: how a
-submission is loaded and called. kbench reads them only through ``Interface.get``, so an
-optional name's default lives here and nowhere else. docs/tasks.md lists the same names (a
-test keeps the two equal).
+submission is loaded and called. kbench reads an optional name through ``Interface.get``, so
+its default lives here and nowhere else. docs/tasks.md lists the same names (a test keeps the
+two equal).
 
 ``Interface.check`` runs when a task's module is loaded and raises a one-line KbenchError
 for a required name that is missing, a name of the wrong kind, a function that cannot take
