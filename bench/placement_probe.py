@@ -1,5 +1,11 @@
 """Diagnostic: what in a call's placement moves qknorm's time? Records per call the device
-time, the input/output addresses and the pads, for the bundled kernel and flashinfer."""
+time, the input/output addresses and the pads, for the bundled kernel and flashinfer.
+
+    python bench/placement_probe.py OUT_DIR N_CALLS     (writes OUT_DIR/placement.json)
+
+Each call goes through kbench.call_timer.CallTimer, with placement shifts on and off; the
+pads are read by wrapping CallTimer._pad. docs/benchmarks.md's Harrell-Davis figures (windows
+of 40-160 recorded calls) come from these records."""
 import json, sys, time
 from pathlib import Path
 import torch

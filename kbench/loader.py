@@ -1,6 +1,8 @@
-"""Where kbench's data lives and how trusted task code is loaded (by path, never by name)."""
+"""Where kbench's data lives, how task code is loaded (by path, never by name), and how a file's
+top-level names are read without running it."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -45,3 +47,21 @@ def load_sibling(folder, stem: str) -> ModuleType:
     if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
         module = load_module(path, name)
     return module
+
+
+def top_level_names(path) -> set[str]:
+    """The names a Python file defines at its top level (functions, classes, assignments),
+    read with ``ast``: the file is never run. Empty for a file that does not parse."""
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names

@@ -5,9 +5,10 @@ import math
 import platform
 from datetime import datetime, timezone
 
-from . import __version__
+from . import __version__, native
 from .check import CheckResult
 from .detectors import below_floor
+from .interface import TASK
 
 STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout")
 
@@ -86,14 +87,15 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
                notes: list[str], fatal: str | None, wall: dict | None = None) -> dict:
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
     setup), for a user asking why a run is slow; each case carries its own ``wall_s``."""
-    roofline = getattr(task.module, "roofline", None)
+    roofline = TASK.get(task.module, "roofline")
     if roofline is not None:
         for rec in records:
             add_roofline(rec, roofline(rec["params"]), calibration)
     summary = summarize_run(records)
     summary["fatal"] = fatal
-    native = getattr(task.module, "native_score", None)
-    summary["native"] = native(records, suite.name) if native and options.device == "cuda" else None
+    native_score = TASK.get(task.module, "native_score")
+    summary["native"] = (native.validate(native_score(records, suite.name), task.name)
+                         if native_score is not None and options.device == "cuda" else None)
     return {
         "kbench_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -19,6 +19,7 @@ import torch
 from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
+from .interface import TASK
 from .protocol import Failure
 from .records import case_record, run_record
 from .suites import Case
@@ -80,7 +81,7 @@ class Runner:
         self.task = task
         self.options = options
         self.module = task.module
-        self.mutable = set(getattr(self.module, "MUTABLE_INPUTS", ()))
+        self.mutable = set(TASK.get(self.module, "MUTABLE_INPUTS"))
         # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
@@ -101,7 +102,7 @@ class Runner:
         """Inputs, ground truth and a copy of every input the call must not change. Timed
         calls use the task's ``generate_timed`` where it has one (same distribution, made
         on the device: a heavy task's host generator would dominate the run)."""
-        timed = getattr(self.module, "generate_timed", None) if index else None
+        timed = TASK.get(self.module, "generate_timed") if index else None
         if timed is not None:
             inputs = timed(self._params(case), self.options.device, self._params(case, index)["seed"])
         else:
@@ -303,8 +304,8 @@ class Runner:
             return Target(str(self.options.baseline_path), self.task, path, self.options, flush)
         available = self.task.baselines(self.options.device)
         if self.options.baseline is not None:
-            if self.options.baseline not in getattr(self.module, "BASELINES", {}):
-                known = ", ".join(getattr(self.module, "BASELINES", {})) or "none"
+            if self.options.baseline not in TASK.get(self.module, "BASELINES"):
+                known = ", ".join(TASK.get(self.module, "BASELINES")) or "none"
                 raise KbenchError(f"unknown baseline {self.options.baseline!r} for {self.task.name} "
                                   f"(known: {known})")
             if self.options.baseline not in available:

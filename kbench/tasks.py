@@ -1,15 +1,16 @@
 """Tasks: a case file plus trusted code under reference/<task>/. Nothing task-specific lives here."""
 from __future__ import annotations
 
-import ast
 import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 
-from .errors import KbenchError
-from .loader import data_dir, load_module
+from .errors import ContractError, KbenchError
+from .interface import CONTRACT, TASK
+from .loader import data_dir, load_module, top_level_names
+from .submission import find
 from .suites import Suite, load_suites
 
 
@@ -25,13 +26,19 @@ class Task:
 
     @cached_property
     def module(self) -> ModuleType:
-        """Parent-side code: generator, ground truth, checker, baselines, score."""
-        return load_module(self.code_dir / "task.py", f"_kbench_task_{self.name}")
+        """Parent-side code: generator, ground truth, checker, baselines, score (checked
+        against kbench.interface.TASK)."""
+        module = load_module(self.code_dir / "task.py", f"_kbench_task_{self.name}")
+        TASK.check(module, self.code_dir / "task.py")
+        return module
 
     @cached_property
     def contract(self) -> ModuleType:
-        """Worker-side code, loaded in the parent only to read its constants."""
-        return load_module(self.contract_path, f"_kbench_contract_{self.name}")
+        """Worker-side code, loaded in the parent only to read its constants (checked against
+        kbench.interface.CONTRACT)."""
+        module = load_module(self.contract_path, f"_kbench_contract_{self.name}")
+        CONTRACT.check(module, self.contract_path)
+        return module
 
     @cached_property
     def suites(self) -> dict[str, Suite]:
@@ -39,7 +46,7 @@ class Task:
 
     @property
     def description(self) -> str:
-        return getattr(self.module, "DESCRIPTION", "")
+        return TASK.get(self.module, "DESCRIPTION")
 
     def suite(self, name: str) -> Suite:
         if name not in self.suites:
@@ -50,7 +57,7 @@ class Task:
     def baselines(self, device: str) -> dict[str, Path]:
         """Baselines that can run on ``device``, by name, first = the one speedups use."""
         out = {}
-        for name, spec in getattr(self.module, "BASELINES", {}).items():
+        for name, spec in TASK.get(self.module, "BASELINES").items():
             if device in spec.get("devices", ("cpu", "cuda")):
                 out[name] = self.code_dir / spec["path"]
         return out
@@ -84,28 +91,10 @@ def get_task(name: str, tasks: dict[str, Task] | None = None) -> Task:
 
 def submission_file(task: Task, path: Path) -> Path:
     """The file to import: ``path`` itself, or the task's submission file inside the folder."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    for name in task.contract.SUBMISSION_FILES:
-        if (path / name).is_file():
-            return path / name
-    wanted = " or ".join(task.contract.SUBMISSION_FILES)
-    raise KbenchError(f"{path}: no {wanted} for task {task.name}")
-
-
-def _top_level_names(path: Path) -> set[str]:
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
+        return find(path, task.contract.SUBMISSION_FILES)
+    except ContractError as exc:
+        raise KbenchError(f"{exc} for task {task.name}") from None
 
 
 def detect_task(path: Path, tasks: dict[str, Task] | None = None) -> Task:
@@ -119,7 +108,7 @@ def detect_task(path: Path, tasks: dict[str, Task] | None = None) -> Task:
         if candidate in tasks:
             return tasks[candidate]
     files = [path] if path.is_file() else sorted(path.glob("*.py"))
-    defined = set().union(*(_top_level_names(f) for f in files)) if files else set()
+    defined = set().union(*(top_level_names(f) for f in files)) if files else set()
     matches = [t for t in tasks.values() if defined & set(t.contract.ENTRY_POINTS)]
     if len(matches) == 1:
         return matches[0]

@@ -20,6 +20,7 @@ from . import channel, protocol
 from .call_timer import CallTimer
 from .channel import receive_trusted, send
 from .errors import ContractError
+from .interface import CONTRACT
 from .tripwires import AuditLog, Watch
 
 # Captured before any submission code is imported: later monkeypatching of these names
@@ -57,7 +58,7 @@ class Caller:
         self.entry = None
         self.device = device
         self.timer = CallTimer(device, flush_bytes)
-        self.prepare = getattr(contract, "prepare", lambda inputs: inputs)
+        self.prepare = CONTRACT.get(contract, "prepare")
 
     def invoke(self, args):
         return self._checked(self.contract.call(self.entry, args))
@@ -183,11 +184,6 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
         from .loader import load_module
 
         contract = load_module(Path(contract_path), "_kbench_contract")
-        compat = getattr(contract, "COMPAT_DIR", None)
-        paths = [str(target.parent)]
-        if compat:
-            paths.append(str((Path(contract_path).parent / compat).resolve()))
-        sys.path[:0] = paths
         caller = Caller(contract, device, flush_bytes)
         watch = _watch(caller, contract)
         audit.add_own_dir(tempfile.gettempdir())  # the worker's private temp folder (Frontier code)
@@ -202,7 +198,7 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
     # Set up before the parent asks for anything: a baseline's setup (compiling FlexAttention,
     # say) then overlaps the submission's first check instead of following it.
     try:
-        hook = getattr(contract, "setup", None)
+        hook = CONTRACT.get(contract, "setup")
         if hook is not None:
             hook(caller.entry, setup_cases, device)
     except BaseException as exc:  # noqa: BLE001
@@ -240,7 +236,7 @@ def _serve(conn, caller: Caller, contract, audit: AuditLog, watch: Watch, target
         outputs, sample = None, None
         try:
             if isinstance(request, protocol.AfterRun):
-                hook = getattr(contract, "after_run", None)
+                hook = CONTRACT.get(contract, "after_run")
                 if hook is not None:
                     hook(caller.entry)
             elif isinstance(request, protocol.Warmup):

@@ -238,16 +238,18 @@ def test_check_catches_wrong_outputs():
 
 
 def test_native_score_is_family_geomean_of_medians():
-    def rec(name, family, ms, status="passed"):
-        return {"name": name, "status": status, "latency_ms": ms, "params": {"family": family}}
+    def rec(name, family, ms, status="passed"):  # the fields of kbench's case records it reads
+        return {"case": name, "status": status, "latency_ms": ms, "params": {"family": family}}
     rows = [rec("a", "sliding_window", 1.0), rec("b", "sliding_window", 3.0), rec("c", "sliding_window", 2.0),
             rec("d", "sliding_window_global", 4.0),
             rec("e", "sliding_window_retrieval", 8.0), rec("f", "sliding_window_retrieval", 9.0)]
     score = task.native_score(rows, "full")
-    assert score["valid"] and score["value"] == pytest.approx((2.0 * 4.0 * 8.5) ** (1 / 3))
-    assert score["worst_family_latency_ms"] == 8.5
+    assert score["reason"] is None and score["value"] == pytest.approx((2.0 * 4.0 * 8.5) ** (1 / 3))
+    assert score["details"]["worst_family_latency_ms"] == 8.5
     rows[3] = rec("d", "sliding_window_global", None, status="mismatch")
     assert task.native_score(rows, "full")["value"] is None
+    # the reason names the failed case (it read a field case records do not have: "case ?")
+    assert task.native_score(rows, "full")["reason"] == "any failure invalidates the run (case d mismatch)"
 
 
 def test_roofline_counts_causal_pairs():

@@ -28,7 +28,7 @@ model = sys.modules["_kbench_mla_decode_mla_model"]
 
 def seed_forward_unchunked(inputs: dict):
     """The published reference forward, transcribed step by step, on the whole batch at once."""
-    cfg = task.config_of(inputs)
+    cfg = model.config_of(inputs)
     cache = model.KVCache.wrap(inputs["kv_data"].clone(), inputs["prefill"])
     x = inputs["x"]
     bs, H = x.shape[0], cfg.n_heads
@@ -269,8 +269,23 @@ def test_attention_kernel_matches_torch_in_the_interpreter():
 
 # ---------------------------------------------------------------- GPU
 
-# Values printed by the original's recipe (bench/mla_decode_gpu.py: original_recipe) for the
-# case prefill 128, seed 9247 on CUDA. Filled in from the H100 run (see the docs).
+def original_recipe(batchsize, dim, dq, prefill, seed):
+    """The original generate_input, transcribed call for call (weights, x, prefill rows), on CUDA."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(shape, dtype=torch.bfloat16, generator=gen, device="cuda")
+    w = [r(dq, dim) / math.sqrt(dim), r(512 + 64, dim) / math.sqrt(dim),
+         r((128 + 64) * 128, dq) / math.sqrt(dq), r((128 + 128) * 128, 512) / math.sqrt(512),
+         r(dim, 128 * 128) / math.sqrt(128 * 128)]
+    x = r(batchsize, 1, dim)
+    pre = r(batchsize, prefill, 512 + 64)
+    return w, x, pre
+
+
+# Values printed by the original's recipe (original_recipe above, on the H100) for the case
+# prefill 128, seed 9247 on CUDA.
 GPU_PROBE = {
  "Q_proj_down_weight": [
   -0.0035247802734375,
@@ -320,8 +335,7 @@ GPU_PROBE = {
 def test_gpu_inputs_bit_exact_against_original_recipe():
     case = SUITES["full"]["cases"][0]
     inp = task.generate(case, "cuda")
-    bench = load_module(ROOT / "bench" / "mla_decode_gpu.py", "_test_mla_bench")
-    w, x, pre = bench.original_recipe(case["batchsize"], case["dim"], case["dq"], case["prefill"], case["seed"])
+    w, x, pre = original_recipe(case["batchsize"], case["dim"], case["dq"], case["prefill"], case["seed"])
     for name, t in zip(model.WEIGHTS, w):
         assert torch.equal(inp[name], t), name
     assert torch.equal(inp["x"], x)

@@ -1,89 +1,26 @@
-"""Adding a task takes one case file and one reference folder: nothing in kbench/ changes."""
+"""Adding a task takes one case file and one reference folder: nothing in kbench/ changes.
+
+The task is docs/tasks.md's example, docs/example-task/ (the doc shows those files verbatim:
+tests/test_task_interface.py checks it), copied to a temporary folder.
+"""
 import json
-import textwrap
+import shutil
 
 from click.testing import CliRunner
 
 from kbench.cli import cli
+from tests.helpers import ROOT
 
-CASES = """
-[suites.smoke]
-reason = "two odd sizes"
-cases = [
-  { name = "n127", n = 127, seed = 1 },
-  { name = "n129", n = 129, seed = 2 },
-]
-"""
-
-CONTRACT = '''
-from kbench.errors import ContractError
-from kbench.loader import load_module
-
-ENTRY_POINTS = ("scale_add",)
-SUBMISSION_FILES = ("submission.py",)
-
-
-def load(path):
-    fn = getattr(load_module(path, "submission"), "scale_add", None)
-    if fn is None:
-        raise ContractError("no scale_add")
-    return fn
-
-
-def call(fn, args):
-    return (fn(args["x"], args["y"]),)
-'''
-
-TASK = '''
-import torch
-from kbench.check import compare
-
-DESCRIPTION = "2x + y, a task defined inside the tests"
-BASELINES = {"eager": {"path": "eager.py", "devices": ("cpu", "cuda")},
-             "sloppy": {"path": "sloppy.py", "devices": ("cpu", "cuda")}}
-
-
-def generate(case, device):
-    g = torch.Generator(device=device).manual_seed(case["seed"])
-    return {"x": torch.randn(case["n"], generator=g, device=device),
-            "y": torch.randn(case["n"], generator=g, device=device)}
-
-
-def reference(inputs):
-    return (2 * inputs["x"] + inputs["y"],)
-
-
-def check(outputs, expected, inputs):
-    return compare("out", outputs[0], expected[0], rtol=1e-5, atol=1e-6)
-
-
-def roofline(case):
-    return {"bytes": 12 * case["n"], "flops": 2 * case["n"]}
-
-
-def native_score(results, suite):
-    return {"cases_passed": sum(r["status"] == "passed" for r in results)}
-'''
-
-EAGER = "def scale_add(x, y):\n    return 2 * x + y\n"
+EXAMPLE = ROOT / "docs" / "example-task"
 
 
 def make_task(root):
-    (root / "cases").mkdir()
-    (root / "cases" / "scaleadd.toml").write_text(CASES)
-    code = root / "reference" / "scaleadd"
-    code.mkdir(parents=True)
-    (code / "contract.py").write_text(textwrap.dedent(CONTRACT))
-    (code / "task.py").write_text(textwrap.dedent(TASK))
-    (code / "eager.py").write_text(EAGER)
-    (code / "sloppy.py").write_text("def scale_add(x, y):\n    return 2 * x + y + 1e-3\n")
-    good = root / "mine"
-    good.mkdir()
-    (good / "submission.py").write_text("def scale_add(x, y):\n    return x + x + y\n")
+    """The example task under ``root``; returns its submission and a wrong one."""
+    shutil.copytree(EXAMPLE, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     bad = root / "bad"
     bad.mkdir()
     (bad / "submission.py").write_text("def scale_add(x, y):\n    return x + y\n")
-    return good, bad
+    return root / "submission", bad
 
 
 def test_a_task_defined_outside_kbench_lists_and_runs(tmp_path, monkeypatch):
@@ -109,6 +46,10 @@ def test_a_task_defined_outside_kbench_lists_and_runs(tmp_path, monkeypatch):
 
 def test_a_baseline_that_misses_the_tolerance_is_timed_and_reported(tmp_path, monkeypatch):
     good, _ = make_task(tmp_path)
+    code = tmp_path / "reference" / "scaleadd"
+    (code / "sloppy.py").write_text("def scale_add(x, y):\n    return 2 * x + y + 1e-3\n")
+    with open(code / "task.py", "a") as task:
+        task.write('BASELINES["sloppy"] = {"path": "sloppy.py", "devices": ("cpu", "cuda")}\n')
     monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
     out = tmp_path / "run.json"
     result = CliRunner().invoke(cli, ["eval", str(good), "--device", "cpu", "--baseline", "sloppy",

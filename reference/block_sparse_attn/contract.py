@@ -15,21 +15,18 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbench import submission
 from kbench.errors import ContractError
-from kbench.loader import load_module, load_sibling
+from kbench.loader import load_sibling
 
 ENTRY_POINTS = ("block_sparse_attn_fwd", "VARIANT_MANIFEST")
 SUBMISSION_FILES = ("submission.py",)
 SETUP_BUDGET_S = 30.0
 _HERE = Path(__file__).resolve().parent
-
-
-
 
 spec_mod = load_sibling(_HERE, "spec")
 gen_mod = load_sibling(_HERE, "generate")
@@ -51,11 +48,7 @@ class Entry:
 
 def load(path: Path) -> Entry:
     """Check the files and imports, point the compile caches at a private folder, import."""
-    path = Path(path).resolve()
-    if path.is_dir():
-        path = path / "submission.py"
-    if not path.is_file():
-        raise ContractError(f"no submission.py in {path.parent}")
+    path = submission.find(path, SUBMISSION_FILES).resolve()
     root = path.parent
     trusted = root == _HERE  # kbench's own baselines live next to this file
     local = guard_mod.local_modules(str(root))
@@ -74,13 +67,10 @@ def load(path: Path) -> Entry:
     if not trusted:
         import_guard = guard_mod.ImportGuard(str(root), local)
         import_guard.install()
-    if str(root) not in sys.path:  # kbench's worker already put it there; direct callers may not
-        sys.path.insert(0, str(root))
     name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
-    module = load_module(path, name)
-    fn = getattr(module, "block_sparse_attn_fwd", None)
-    if not callable(fn):
-        raise ContractError(f"{path.name} must define a callable block_sparse_attn_fwd")
+    module = submission.import_file(path, name)
+    fn = submission.entry_point(module, path, "block_sparse_attn_fwd",
+                                "block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens)")
     setup_fn = getattr(module, "setup", None)
     if setup_fn is not None:
         if not callable(setup_fn):
@@ -142,9 +132,7 @@ def setup(entry: Entry, cases: list, device: str) -> None:
 
 def call(entry: Entry, args: dict):
     out = entry.fn(args["q"], args["k"], args["v"], args["row_ptr"], args["col_idx"], args["seq_lens"])
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise ContractError(f"block_sparse_attn_fwd must return (o, lse), got {type(out).__name__}")
-    return tuple(out)
+    return submission.returned(out, "block_sparse_attn_fwd", ("o", "lse"))
 
 
 def after_run(entry: Entry) -> None:

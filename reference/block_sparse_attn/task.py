@@ -10,16 +10,13 @@ import os
 import statistics
 from pathlib import Path
 
-
 import torch
 
+from kbench import native
 from kbench.check import combine, compare
 from kbench.loader import load_sibling
 
 DESCRIPTION = "block-sparse causal attention fwd, bf16, 128-token blocks, CSR (attention-kernel challenge)"
-
-
-
 
 spec_mod = load_sibling(Path(__file__).resolve().parent, "spec")
 gen_mod = load_sibling(Path(__file__).resolve().parent, "generate")
@@ -128,20 +125,20 @@ def roofline(case: dict) -> dict:
     return {"bytes": int(bytes_), "flops": int(4 * D * pairs)}
 
 
-def native_score(results: list[dict], suite: str) -> dict:
+def native_score(results: list[dict], suite: str) -> native.NativeScore:
     """The original's score: geometric mean over the families of each family's median case
     latency in ms (lower is better), plus the worst family. Any failed case invalidates it."""
+    name = "family geomean latency"
     failed = [r for r in results if r.get("status") != "passed" or r.get("latency_ms") is None]
     if failed or not results:
         first = failed[0] if failed else {}
-        why = f"case {first.get('name', '?')} {first.get('status', 'missing')}" if failed else "no cases"
-        return {"name": "family geomean latency (ms, lower is better)", "value": None,
-                "valid": False, "reason": f"any failure invalidates the run ({why})"}
+        why = f"case {first.get('case', '?')} {first.get('status', 'missing')}" if failed else "no cases"
+        return native.score(name, None, unit="ms", lower_is_better=True,
+                            reason=f"any failure invalidates the run ({why})")
     by_family: dict[str, list[float]] = {}
     for r in results:
         by_family.setdefault(r["params"]["family"], []).append(float(r["latency_ms"]))
     medians = {f: statistics.median(v) for f, v in by_family.items()}
     geo = math.exp(sum(math.log(v) for v in medians.values()) / len(medians))
-    return {"name": "family geomean latency (ms, lower is better)", "value": geo, "valid": True,
-            "worst_family_latency_ms": max(medians.values()),
-            "family_median_latency_ms": medians}
+    return native.score(name, geo, unit="ms", lower_is_better=True,
+                        worst_family_latency_ms=max(medians.values()), family_median_latency_ms=medians)

@@ -100,6 +100,28 @@ class Config:
 WEIGHTS = ("Q_proj_down_weight", "KV_proj_down_weight", "Q_proj_up_weight",
            "KV_proj_up_weight", "wo_weight")
 
+# A case's inputs travel between kbench's processes as one flat dict of tensors and ints:
+# the Config's ints and weights, x, the cache buffer under KV_KEY and its length ``prefill``.
+CONFIG_INTS = ("batch_size", "dim", "n_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+               "qk_rope_head_dim", "v_head_dim", "max_seq_len")
+KV_KEY = "kv_data"
+
+
+def flatten(config: Config, x: torch.Tensor, kv_cache: KVCache) -> dict:
+    """The flat inputs of one call: what ``generate_input`` returns, as tensors and ints."""
+    inputs = {k: getattr(config, k) for k in CONFIG_INTS}
+    inputs.update({w: getattr(config, w) for w in WEIGHTS})
+    inputs.update(x=x, prefill=int(kv_cache.seq_len))
+    inputs[KV_KEY] = kv_cache.data
+    return inputs
+
+
+def config_of(inputs: dict) -> Config:
+    """The Config of one decode step (seq_len 1) from the flat inputs."""
+    return Config(seq_len=1, kv_cache_shape=tuple(inputs[KV_KEY].shape),
+                  **{k: int(inputs[k]) for k in CONFIG_INTS},
+                  **{w: inputs[w] for w in WEIGHTS})
+
 
 def generate_input(batchsize: int, dim: int, dq: int, prefill: int, seed: int, *,
                    n_heads: int = 128, kv_lora_rank: int = 512, qk_nope_head_dim: int = 128,

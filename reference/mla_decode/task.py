@@ -10,25 +10,22 @@ from pathlib import Path
 
 import torch
 
-from kbench.loader import load_sibling
-
+from kbench import native
 from kbench.check import CheckResult, combine, compare
+from kbench.loader import load_sibling
 
 _model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 DESCRIPTION = "DeepSeek-V3 MLA decode step: projections, latent KV append, 128-head attention (GPU MODE amd-mla-decode)"
 
 RTOL, ATOL = 2e-2, 8e-3          # the original: rtol 2e-2, atol raised from 1e-3 to 8e-3
-KV_KEY = "kv_data"
-MUTABLE_INPUTS = (KV_KEY,)       # the submission appends its row to the cache buffer in place
+MUTABLE_INPUTS = (_model.KV_KEY,)  # the submission appends its row to the cache buffer in place
 
 BASELINES = {
     "reference": {"path": "baseline_eager.py", "devices": ("cuda", "cpu")},
     "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",)},
 }
 
-CONFIG_INTS = ("batch_size", "dim", "n_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-               "qk_rope_head_dim", "v_head_dim", "max_seq_len")
 CASE_KEYS = ("batchsize", "dim", "dq", "prefill", "seed") + tuple(_model.DEFAULTS)
 
 
@@ -41,18 +38,7 @@ def _kwargs(case: dict) -> dict:
 
 def generate(case: dict, device: str) -> dict:
     """The original's inputs (bit-exact on CUDA), flattened into tensors and ints."""
-    config, x, kv_cache = _model.generate_input(**_kwargs(case), device=device)
-    inputs = {k: getattr(config, k) for k in CONFIG_INTS}
-    inputs.update({w: getattr(config, w) for w in _model.WEIGHTS})
-    inputs.update(x=x, prefill=int(kv_cache.seq_len))
-    inputs[KV_KEY] = kv_cache.data
-    return inputs
-
-
-def config_of(inputs: dict):
-    return _model.Config(seq_len=1, kv_cache_shape=tuple(inputs[KV_KEY].shape),
-                         **{k: int(inputs[k]) for k in CONFIG_INTS},
-                         **{w: inputs[w] for w in _model.WEIGHTS})
+    return _model.flatten(*_model.generate_input(**_kwargs(case), device=device))
 
 
 def reference(inputs: dict, *, batch_chunk: int | None = None) -> tuple:
@@ -62,9 +48,9 @@ def reference(inputs: dict, *, batch_chunk: int | None = None) -> tuple:
     per-head K and V of the whole batch (tens of GB at prefill 6144) are never held at
     once; ``batch_chunk`` defaults to what fits in ~6 GB.
     """
-    config = config_of(inputs)
+    config = _model.config_of(inputs)
     prefill = int(inputs["prefill"])
-    cache = _model.KVCache.wrap(inputs[KV_KEY].clone(), prefill)
+    cache = _model.KVCache.wrap(inputs[_model.KV_KEY].clone(), prefill)
     if batch_chunk is None:
         batch_chunk = _model.batch_chunk_for(config, prefill + 1)
     with torch.no_grad():
@@ -140,7 +126,7 @@ def roofline(case: dict) -> dict:
     return {"bytes": int(nbytes), "flops": int(2 * bs * (proj + attn))}
 
 
-def native_score(results: list[dict], suite: str) -> dict:
+def native_score(results: list[dict], suite: str) -> native.NativeScore:
     """The original's ranking: geometric mean of the cases' mean latency, in microseconds (lower wins).
 
     The original timed host wall clock without flushing L2 and ranked on its benchmark
@@ -148,9 +134,8 @@ def native_score(results: list[dict], suite: str) -> dict:
     did not pass leaves no score, as a failing submission had none.
     """
     failed = [r for r in results if r.get("status") != "passed" or r.get("latency_ms") is None]
-    base = {"name": "geomean latency", "unit": "us", "lower_is_better": True, "suite": suite}
     if not results or failed:
-        return {**base, "value": None,
-                "reason": f"{len(failed)}/{len(results)} cases did not pass" if results else "no cases"}
+        reason = f"{len(failed)}/{len(results)} cases did not pass" if results else "no cases"
+        return native.score("geomean latency", None, unit="us", lower_is_better=True, reason=reason)
     logs = [math.log(r["latency_ms"] * 1e3) for r in results]
-    return {**base, "value": math.exp(sum(logs) / len(logs))}
+    return native.score("geomean latency", math.exp(sum(logs) / len(logs)), unit="us", lower_is_better=True)

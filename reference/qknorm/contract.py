@@ -11,8 +11,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from kbench import submission
 from kbench.errors import ContractError
-from kbench.loader import load_module
 
 ENTRY_POINTS = ("qknorm", "Solution")
 SUBMISSION_FILES = ("submission.py", "solution.py")
@@ -43,22 +43,16 @@ def _from_solution(module, folder: Path):
         tmp = Path(tempfile.mkdtemp(prefix="kbench-solution-"))
         program = tmp / "solution_program.py"
         program.write_text(source)
-    return load_module(program, "solution_program")
+    return submission.import_file(program, "solution_program")
 
 
 def load(path: Path):
-    module = load_module(path, "submission")
+    path = submission.find(path, SUBMISSION_FILES)
+    module = submission.import_file(path, "submission")
     if not hasattr(module, "qknorm") and hasattr(module, "Solution"):
         module = _from_solution(module, path.parent)
-    fn = getattr(module, "qknorm", None)
-    if not callable(fn):
-        raise ContractError(f"{path.name} defines no qknorm(q, k, norm_weight) function")
-    return fn
+    return submission.entry_point(module, path, "qknorm", "qknorm(q, k, norm_weight)")
 
 
 def call(fn, args):
-    out = fn(args["q"], args["k"], args["norm_weight"])
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise ContractError(f"qknorm must return (q_out, k_out), got {type(out).__name__}"
-                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
-    return tuple(out)
+    return submission.returned(fn(args["q"], args["k"], args["norm_weight"]), "qknorm", ("q_out", "k_out"))

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from kbench import native
 from kbench.check import combine, compare
 
 DESCRIPTION = "RMSNorm of q and k heads read in place from a fused QKV tensor (Frontier-CS)"
@@ -64,14 +65,19 @@ def roofline(case: dict) -> dict:
     return {"bytes": (2 * rows * d + d) * elt, "flops": 4 * rows * d}
 
 
-def native_score(results: list[dict], suite: str) -> dict:
+def native_score(results: list[dict], suite: str) -> native.NativeScore:
     """Frontier-CS: 100 x geomean(baseline_ms / answer_ms), clamped to [0, 100]; 0 if any case fails."""
+    def frontier(value, unbounded, reason=None):
+        return native.score("Frontier-CS score", value, unit="points", lower_is_better=False,
+                            reason=reason, score_unbounded=unbounded)
+
     speedups = [r["speedup"] for r in results]
     if any(r.get("baseline") not in (None, "flashinfer") for r in results):
-        return {"score": None, "score_unbounded": None, "note": "needs the flashinfer baseline"}
-    if any(r["status"] != "passed" for r in results):
-        return {"score": 0.0, "score_unbounded": 0.0}
+        return frontier(None, None, "needs the flashinfer baseline")
+    failed = sum(r["status"] != "passed" for r in results)
+    if failed:
+        return frontier(0.0, 0.0, f"{failed}/{len(results)} cases did not pass: Frontier-CS scores 0")
     if any(s is None or s <= 0 for s in speedups) or not speedups:
-        return {"score": None, "score_unbounded": None}
+        return frontier(None, None, "no speedup over the flashinfer baseline on every case")
     unbounded = 100 * math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-    return {"score": round(min(max(unbounded, 0.0), 100.0), 3), "score_unbounded": round(unbounded, 3)}
+    return frontier(round(min(max(unbounded, 0.0), 100.0), 3), round(unbounded, 3))

@@ -1,0 +1,122 @@
+"""Where a call of the bundled mla_decode kernel spends its time, which `kbench eval` (whole calls
+only) does not say: each step of custom_kernel alone, and the attention kernel's launch configs.
+
+    python bench/mla_decode_parts.py [--case prefill6144] [--calls 20] [--sweep]
+
+Each step runs on the case's own inputs (the intermediate tensors computed once, as
+custom_kernel computes them) and is timed with kbench's own protocol for one call
+(kbench.call_timer.CallTimer: the gate, inputs copied to fresh storages, L2 flush, CUDA
+events), the median of --calls calls. --sweep then tries the attention kernel's launch
+configurations: each must pass the case's check through the contract before it is timed.
+`--device cpu` runs a smoke case through Triton's interpreter: a check of this script, its
+times mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SWEEP = [(64, 32, 1, 8, 2), (64, 64, 1, 8, 1), (64, 32, 1, 8, 3), (32, 64, 1, 8, 2)]  # block_h, block_n, v_split, warps, stages
+
+
+def steps(kernel, inputs: dict, prepare) -> dict:
+    """Each step of custom_kernel as (its inputs, a function of them), on this case's tensors."""
+    import torch
+
+    config, x, cache = prepare(dict(inputs))
+    bs, dim = x.shape[0], x.shape[-1]
+    H, R = config.n_heads, config.kv_lora_rank
+    nope, rope, vd = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+    x2 = x.view(bs, dim)
+    w = config.KV_proj_up_weight.view(H, nope + vd, R)
+    q = ((x2 @ config.Q_proj_down_weight.t()) @ config.Q_proj_up_weight.t()).view(bs, H, nope + rope)
+    q_lat = torch.bmm(q[..., :nope].transpose(0, 1), w[:, :nope])
+    kv_len = cache.seq_len + 1
+    o = kernel.mla_attention(q_lat, q, cache.data, kv_len, nope, 1.0 / math.sqrt(nope + rope))
+    return {
+        "KV down-projection (the appended row)": (
+            {"x": x2, "w": config.KV_proj_down_weight}, lambda a: (a["x"] @ a["w"].t(),)),
+        "Q down + up projection": (
+            {"x": x2, "down": config.Q_proj_down_weight, "up": config.Q_proj_up_weight},
+            lambda a: ((a["x"] @ a["down"].t()) @ a["up"].t(),)),
+        "absorption bmm (q_nope -> latent)": (
+            {"q": q, "w": w}, lambda a: (torch.bmm(a["q"][..., :nope].transpose(0, 1), a["w"][:, :nope]),)),
+        "attention kernel": (
+            {"q_lat": q_lat, "q": q, "kv": cache.data},
+            lambda a: (kernel.mla_attention(a["q_lat"], a["q"], a["kv"], kv_len, nope, 1.0 / math.sqrt(nope + rope)),)),
+        "W_uv bmm + wo": (
+            {"o": o, "w": w, "wo": config.wo_weight},
+            lambda a: (torch.bmm(a["o"].transpose(0, 1), a["w"][:, nope:].transpose(1, 2)).transpose(0, 1)
+                       .reshape(bs, H * vd) @ a["wo"].t(),)),
+        "wo alone": (
+            {"v": o.new_empty(bs, H * vd).normal_(), "wo": config.wo_weight}, lambda a: (a["v"] @ a["wo"].t(),)),
+    }
+
+
+def median_ms(timer, fn, inputs: dict, calls: int, prepare=None) -> float:
+    from kbench.interface import same_inputs
+    from kbench.timing import summarize
+
+    samples = [timer.timed(fn, prepare or same_inputs, inputs)[1].device_ms for _ in range(calls + 2)]
+    return summarize(samples[2:]).median   # the first two: compilation, autotuning, caches
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default=None, help="a case of the full suite (default: prefill6144; smoke-0 on CPU)")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = ap.parse_args()
+    if args.device == "cpu":  # before anything imports Triton: it reads this once
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    from kbench.call_timer import CallTimer
+    from kbench.tasks import get_task, submission_file
+    from kbench.timing import flush_bytes
+
+    task = get_task("mla_decode")
+    suite = task.suite("full" if args.device == "cuda" else "smoke")
+    case = next(c for c in suite.cases if c.name == (args.case or suite.cases[-1].name))
+    contract, module = task.contract, task.module
+    entry = contract.load(submission_file(task, ROOT / "submissions" / "mla_decode"))
+    kernel = sys.modules[entry.__module__]
+    inputs = module.generate(dict(case.params), args.device)
+    expected = tuple(module.reference(inputs))
+    timer = CallTimer(args.device, flush_bytes(args.device))
+
+    def whole(a):
+        return contract.call(entry, a)
+
+    with torch.no_grad():
+        print(f"{case.name}: {task.module.roofline(case.params)}", flush=True)
+        print(f"  {'whole call':<40} {median_ms(timer, whole, inputs, args.calls, contract.prepare) * 1e3:9.1f} us",
+              flush=True)
+        for name, (step_inputs, fn) in steps(kernel, inputs, contract.prepare).items():
+            print(f"  {name:<40} {median_ms(timer, fn, step_inputs, args.calls) * 1e3:9.1f} us", flush=True)
+        if args.sweep:
+            default = dict(kernel.CONFIG)
+            attention = steps(kernel, inputs, contract.prepare)["attention kernel"]
+            print("attention kernel by (block_h, block_n, v_split, num_warps, num_stages):", flush=True)
+            for config in SWEEP:
+                kernel.CONFIG.update(zip(("block_h", "block_n", "v_split", "num_warps", "num_stages"), config))
+                try:
+                    verdict = module.check(contract.call(entry, contract.prepare(inputs)), expected, inputs)
+                    us = median_ms(timer, attention[1], attention[0], args.calls) * 1e3 if verdict.passed else None
+                    print(f"  {config}: {verdict.status}" + (f", {us:.1f} us" if us else f": {verdict.reason}"),
+                          flush=True)
+                except Exception as exc:  # noqa: BLE001 - a config the card cannot run (shared memory)
+                    print(f"  {config}: error {type(exc).__name__}: {str(exc).splitlines()[0][:120]}", flush=True)
+            kernel.CONFIG.clear()
+            kernel.CONFIG.update(default)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

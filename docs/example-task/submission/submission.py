@@ -1,0 +1,2 @@
+def scale_add(x, y):
+    return x + x + y

@@ -1,0 +1,23 @@
+"""Project metadata that must match the code."""
+import re
+import sys
+import tomllib
+
+from tests.helpers import ROOT
+
+
+def _minimum_python() -> tuple[int, int]:
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    found = re.fullmatch(r">=\s*(\d+)\.(\d+)", spec.strip())
+    assert found, f"requires-python {spec!r} is not of the form '>=X.Y'"
+    return int(found[1]), int(found[2])
+
+
+def test_requires_python_admits_no_interpreter_without_tomllib():
+    # kbench/suites.py reads the case files with tomllib, new in Python 3.11.
+    assert "import tomllib" in (ROOT / "kbench" / "suites.py").read_text()
+    assert _minimum_python() >= (3, 11)
+
+
+def test_this_interpreter_satisfies_requires_python():
+    assert sys.version_info[:2] >= _minimum_python()
