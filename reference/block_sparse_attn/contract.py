@@ -50,7 +50,18 @@ class Entry:
 
 
 def load(path: Path) -> Entry:
-    """Check the files and imports, point the compile caches at a private folder, import."""
+    """Check the files and imports, point the compile caches at a private folder, import.
+    A load that fails undoes what it installed (cache folder and env vars, import hook)."""
+    undo = []
+    try:
+        return _load(path, undo)
+    except BaseException:
+        for step in reversed(undo):
+            step()
+        raise
+
+
+def _load(path: Path, undo: list) -> Entry:
     path = Path(path).resolve()
     if path.is_dir():
         path = path / "submission.py"
@@ -70,10 +81,12 @@ def load(path: Path) -> Entry:
         # kbench's own baselines use the shared caches: compiling FlexAttention from scratch,
         # single-threaded, in a fresh folder cost about 20 s of every run on the H100 host.
         cache.install()
+        undo.append(cache.remove)
     import_guard = None
     if not trusted:
         import_guard = guard_mod.ImportGuard(str(root), local)
         import_guard.install()
+        undo.append(import_guard.remove)
     if str(root) not in sys.path:  # kbench's worker already put it there; direct callers may not
         sys.path.insert(0, str(root))
     name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
