@@ -264,3 +264,11 @@ def test_compare_two_folders_says_why_a_failed(monkeypatch):
                                       "--device", "cpu", "--case", "b3_q5_kv2_d64_f16"])
     assert result.exit_code == 0  # B passed everything: A's failure is not B's
     assert "b3_q5_kv2_d64_f16: A error: ValueError: kernel exploded (at submission.py:2)" in result.stdout
+
+
+def test_run_options_with_two_saved_results_are_said_to_be_ignored(tmp_path):
+    a, b = _saved(tmp_path, "a", [0.010]), _saved(tmp_path, "b", [0.010])
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--suite", "full", "--budget", "3", "-q"])
+    assert result.exit_code == 0
+    assert result.stderr == "kbench: ignored with two saved results (nothing is run): --suite, --budget\n"
+    assert CliRunner().invoke(cli, ["compare", str(a), str(b)]).stderr == ""
