@@ -42,8 +42,8 @@ def _start(tmp, tag: str) -> subprocess.Popen:
 
 
 def _until_handled(proc: subprocess.Popen) -> float:
-    """Wait for kbench's first line (its handler installed; 1 s at most); the time then."""
-    deadline = time.monotonic() + 1.0
+    """Wait for kbench's first line (its handler installed; 2 s at most); the time then."""
+    deadline = time.monotonic() + 2.0
     while not _catches_sigterm(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
     return time.monotonic()
