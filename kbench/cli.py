@@ -150,8 +150,6 @@ def compare(a, b, fail_pct, normalize, **kw):
                 notice(f"ignored with two saved results (nothing is run): {', '.join(ignored)}")
             result, task = compare_runs(saved_a, saved_b, normalize), saved_a["task"]
         else:
-            if normalize:
-                notice("--normalize ignored: it takes two saved results")
             if not json_a and not json_b:
                 device = resolve_device(kw["device"], progress)
                 fresh = run(kw["task_name"] or _task_of(a, b), b, options(kw, device, progress, baseline_path=a))
@@ -168,6 +166,8 @@ def compare(a, b, fail_pct, normalize, **kw):
                 task = saved["task"]
     except KbenchError as exc:
         raise UsageProblem(str(exc)) from None
+    if normalize and not (json_a and json_b):
+        notice("--normalize ignored: it takes two saved results")
     result.update(a=str(a), b=str(b), task=task)
     result["summary"]["fail_if_slower"] = fail_pct
     click.echo(compare_report(result, wide=kw["wide"]))

@@ -261,9 +261,10 @@ def test_compare_two_folders_says_why_a_failed(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = CliRunner().invoke(cli, ["compare", str(FIXTURES / "qknorm" / "raises"),
                                       str(FIXTURES / "qknorm" / "good_torch"), "--task", "qknorm",
-                                      "--device", "cpu", "--case", "b3_q5_kv2_d64_f16"])
+                                      "--device", "cpu", "--case", "b3_q5_kv2_d64_f16", "--normalize"])
     assert result.exit_code == 0  # B passed everything: A's failure is not B's
     assert "b3_q5_kv2_d64_f16: A error: ValueError: kernel exploded (at submission.py:2)" in result.stdout
+    assert result.stderr == "kbench: --normalize ignored: it takes two saved results\n"
 
 
 def test_run_options_with_two_saved_results_are_said_to_be_ignored(tmp_path):
