@@ -1,4 +1,9 @@
-"""Is B faster than A? Per-case verdicts from both medians' uncertainty, not a bare ratio."""
+"""Is B faster than A? Per-case verdicts from both medians' uncertainty, not a bare ratio.
+
+Timings are compared only when both sides' are meaningful (CUDA): CPU-mode figures are
+interpreter wall clock, so there compare judges the statuses alone. The gate
+(``regressed``) controls the family-wise error over the geomean and every case (Holm).
+"""
 from __future__ import annotations
 
 import json
@@ -61,32 +66,33 @@ def verdict(lo: float, hi: float) -> str:
 
 
 def _side(case: dict, prefix: str) -> tuple:
-    """(status, latency_ms, noise) of one side of a case record; ``prefix`` "baseline" reads
-    the baseline's, "case" the submission's."""
+    """(status, latency_ms, noise, reason) of one side of a case record; ``prefix`` "baseline"
+    reads the baseline's fields, "case" the submission's."""
     if prefix == "baseline":
-        if case.get("baseline_latency_ms") is not None:
-            status = "passed"
-        elif case.get("baseline_problem"):  # "baseline <label> <status>: <reason>"
-            status = case["baseline_problem"].split(": ")[0].split()[-1]
-        else:
-            status = "not run"  # the runner stops a case at the submission's first failure
-        return status, case.get("baseline_latency_ms"), case.get("baseline_noise")
-    return case["status"], case.get("latency_ms"), case.get("noise")
+        # None: the runner stops a case at the submission's first failure, before the baseline
+        status = case.get("baseline_status") or "not run"
+        ms = case.get("baseline_latency_ms") if status == "passed" else None
+        return status, ms, case.get("baseline_noise"), case.get("baseline_reason") or ""
+    return case["status"], case.get("latency_ms"), case.get("noise"), case.get("reason") or ""
 
 
 def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None = None,
-                  run_drift: float = 0.0) -> dict:
-    """``pairs``: (case, (status, ms, noise) of A, same of B) -> rows and a geomean summary.
+                  run_drift: float = 0.0, timed: bool = True) -> dict:
+    """``pairs``: (case, (status, ms, noise[, reason]) of A, same of B) -> rows and a geomean
+    summary.
 
     ``controls``: per case, ((ms, noise) of A's baseline, same of B's) when both runs timed the
     same baseline beside the submission: the ratio is then taken against it, which cancels
     drift between the runs. ``run_drift``: uncertainty shared by every case (two runs
-    compared without a control)."""
+    compared without a control). ``timed`` False (CPU-mode timings): statuses only, no ratio."""
     rows, logs, ses = [], [], []
-    for name, (sa, ma, na), (sb, mb, nb) in pairs:
+    for name, side_a, side_b in pairs:
+        (sa, ma, na), (sb, mb, nb) = side_a[:3], side_b[:3]
         row = {"case": name, "a_status": sa, "b_status": sb, "a_ms": ma, "b_ms": mb,
-               "ratio": None, "ratio_ci95": None, "verdict": "FAILED"}
-        if sa == "passed" and sb == "passed" and ma and mb:
+               "a_reason": side_a[3] if len(side_a) > 3 else "", "b_reason": side_b[3] if len(side_b) > 3 else "",
+               "ratio": None, "ratio_ci95": None, "log_se": None,
+               "verdict": "FAILED" if sa != "passed" or sb != "passed" else "NOT TIMED"}
+        if sa == "passed" and sb == "passed" and ma and mb and timed:
             ea, eb = effective_noise(ma, na), effective_noise(mb, nb)
             r, lo, hi = ratio_interval(ma, ea, mb, eb)
             control = (controls or {}).get(name)
@@ -96,19 +102,23 @@ def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None =
                 r, lo, hi = ratio_interval(ma, math.hypot(ea, effective_noise(ca, nca)),
                                            mb / drift, math.hypot(eb, effective_noise(cb, ncb)))
                 row["baseline_drift"] = round(drift, 4)
-            row.update(ratio=round(r, 4), ratio_ci95=[round(lo, 4), round(hi, 4)], verdict=verdict(lo, hi))
+            se = (math.log(hi) - math.log(lo)) / (2 * Z95)
+            row.update(ratio=round(r, 4), ratio_ci95=[round(lo, 4), round(hi, 4)], log_se=round(se, 6),
+                       verdict=verdict(lo, hi))
             logs.append(math.log(r))
-            ses.append((math.log(hi) - math.log(lo)) / (2 * Z95))
+            ses.append(se)
         rows.append(row)
-    summary = {"cases": len(rows), "compared": len(logs),
+    summary = {"cases": len(rows), "compared": len(logs), "timed": timed,
                "failed": sum(r["verdict"] == "FAILED" for r in rows),
-               "geomean_ratio": None, "geomean_ratio_ci95": None, "verdict": None}
+               "a_passed": sum(r["a_status"] == "passed" for r in rows),
+               "b_passed": sum(r["b_status"] == "passed" for r in rows),
+               "geomean_ratio": None, "geomean_ratio_ci95": None, "geomean_log_se": None, "verdict": None}
     if logs:
         mean = sum(logs) / len(logs)
         se = math.hypot(math.sqrt(sum(s * s for s in ses)) / len(logs), run_drift)
         lo, hi = math.exp(mean - Z95 * se), math.exp(mean + Z95 * se)
         summary.update(geomean_ratio=round(math.exp(mean), 4), geomean_ratio_ci95=[round(lo, 4), round(hi, 4)],
-                       verdict=verdict(lo, hi))
+                       geomean_log_se=round(se, 6), verdict=verdict(lo, hi))
     return {"rows": rows, "summary": summary}
 
 
@@ -132,9 +142,10 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
                                     (cb["baseline_latency_ms"], cb.get("baseline_noise")))
     if not pairs:
         raise KbenchError("the two results share no case")
-    if normalize and len(controls) != len(pairs):
+    timed = bool(run_a.get("timing", {}).get("meaningful") and run_b.get("timing", {}).get("meaningful"))
+    if normalize and timed and len(controls) != len(pairs):
         raise KbenchError("--normalize needs the same baseline timed on every compared case of both results")
-    out = compare_cases(pairs, controls if normalize else None, 0.0 if normalize else RUN_DRIFT)
+    out = compare_cases(pairs, controls if normalize else None, 0.0 if normalize else RUN_DRIFT, timed)
     if not normalize:  # shown, not divided out: did the card itself move between the runs?
         for row in out["rows"]:
             if row["case"] in controls and row["ratio"] is not None:
@@ -145,10 +156,8 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     warn = []
     if run_a.get("device", {}).get("name") != run_b.get("device", {}).get("name"):
         warn.append(f"different devices: {run_a['device'].get('name')} vs {run_b['device'].get('name')}")
-    if run_a.get("timing", {}).get("mode") != run_b.get("timing", {}).get("mode"):
+    if timed and run_a.get("timing", {}).get("mode") != run_b.get("timing", {}).get("mode"):
         warn.append("different timing modes")
-    if not (run_a.get("timing", {}).get("meaningful") and run_b.get("timing", {}).get("meaningful")):
-        warn.append("CPU-mode timings are not meaningful")
     out["warnings"] = warn
     return out
 
@@ -156,23 +165,53 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
 def compare_interleaved(run: dict) -> dict:
     """One run in which A stood in for the baseline and B was the submission."""
     pairs = [(c["case"], _side(c, "baseline"), _side(c, "case")) for c in run["cases"]]
-    out = compare_cases(pairs)
+    out = compare_cases(pairs, timed=bool(run["timing"]["meaningful"]))
     out["summary"]["interleaved"] = True
-    out["warnings"] = [] if run["timing"]["meaningful"] else ["CPU-mode timings are not meaningful"]
+    out["warnings"] = []
     return out
 
 
-def regressed(result: dict, pct: float) -> list[str]:
-    """Why B counts as slower than A by more than ``pct`` percent (significantly), if it does."""
+# The gate's family-wise error rate, one-sided: the evidence a 95% interval's lower end gives
+# for one comparison, here for all of them together.
+FAMILY_ALPHA = 0.025
+
+
+def _p_slower(log_ratio: float, se: float, limit: float) -> float:
+    """One-sided p-value of "B/A is at most ``limit``" given log(B/A) and its standard error."""
+    excess = log_ratio - math.log(limit)
+    if not se:
+        return 0.0 if excess > 0 else 1.0
+    return 0.5 * math.erfc(excess / se / math.sqrt(2))
+
+
+def slower_than(result: dict, pct: float) -> list[str]:
+    """What is slower than A by more than ``pct`` percent with family-wise confidence: Holm's
+    step-down over the geomean and every compared case (one-sided, FAMILY_ALPHA in all), so
+    twenty cases do not raise twenty chances of a false alarm."""
     limit = 1.0 + pct / 100.0
-    reasons = []
     s = result["summary"]
-    if s["geomean_ratio_ci95"] and s["geomean_ratio_ci95"][0] > limit:
-        reasons.append(f"geomean {s['geomean_ratio']:.3f}x the time of A (95% CI from "
-                       f"{s['geomean_ratio_ci95'][0]:.3f})")
+    tests = []
+    if s["geomean_ratio"] is not None:
+        tests.append((_p_slower(math.log(s["geomean_ratio"]), s["geomean_log_se"], limit),
+                      f"geomean {s['geomean_ratio']:.3f}x the time of A (95% CI "
+                      f"{s['geomean_ratio_ci95'][0]:.3f}-{s['geomean_ratio_ci95'][1]:.3f})"))
     for r in result["rows"]:
-        if r["ratio_ci95"] and r["ratio_ci95"][0] > limit:
-            reasons.append(f"{r['case']}: {r['ratio']:.3f}x the time of A")
-        if r["b_status"] != "passed":
-            reasons.append(f"{r['case']}: B {r['b_status']}")
+        if r["ratio"] is not None:
+            tests.append((_p_slower(math.log(r["ratio"]), r["log_se"], limit),
+                          f"{r['case']}: {r['ratio']:.3f}x the time of A"))
+    tests.sort(key=lambda t: t[0])
+    found = []
+    for i, (p, what) in enumerate(tests):
+        if p > FAMILY_ALPHA / (len(tests) - i):
+            break
+        found.append(f"{what}, p={p:.2g} (Holm, {len(tests)} tests)")
+    return found
+
+
+def regressed(result: dict, pct: float | None) -> list[str]:
+    """Why B fails against A: a case B did not pass, and (``pct`` given, timings meaningful)
+    what is significantly slower than A by more than ``pct`` percent (``slower_than``)."""
+    reasons = [f"{r['case']}: B {r['b_status']}" for r in result["rows"] if r["b_status"] != "passed"]
+    if pct is not None and result["summary"].get("timed", True):
+        reasons = slower_than(result, pct) + reasons
     return reasons

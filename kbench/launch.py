@@ -21,11 +21,18 @@ def _workers_needed(args: list[str]) -> int:
 
 
 def main() -> None:
+    from . import interrupts
+
+    interrupts.install()  # first: a Ctrl-C from here on is one line and leaves nothing behind
     count = _workers_needed(sys.argv[1:])
     if count:
         from . import spare_workers
 
         spare_workers.prestart(count)
-    from .cli import main as cli_main
+    try:
+        from .cli import main as cli_main
 
-    cli_main()
+        cli_main()
+    except SystemExit as exc:
+        interrupts.exit(exc.code)
+    interrupts.exit(0)

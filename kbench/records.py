@@ -17,20 +17,47 @@ def _r(x, digits=6):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else round(x, digits)
 
 
+class WorstError:
+    """The largest errors over every checked call of a case (the first and each timed one),
+    and the call each was seen on."""
+
+    def __init__(self):
+        self.abs_err = self.rel_err = None
+        self.at = {"max_abs_err": None, "max_rel_err": None}
+
+    def add(self, check: CheckResult, where: str) -> None:
+        if check.max_abs_err is not None and (self.abs_err is None or check.max_abs_err > self.abs_err):
+            self.abs_err, self.at["max_abs_err"] = check.max_abs_err, where
+        if check.max_rel_err is not None and (self.rel_err is None or check.max_rel_err > self.rel_err):
+            self.rel_err, self.at["max_rel_err"] = check.max_rel_err, where
+
+    def result(self) -> CheckResult:
+        return CheckResult("passed", max_abs_err=self.abs_err, max_rel_err=self.rel_err)
+
+
 def case_record(case, status: str, reason: str, check: CheckResult | None = None, *,
                 latency=None, host=None, baseline=None, baseline_latency=None, flags=(),
-                notes=(), baseline_failure=None) -> dict:
-    """A case's outcome. Invariant: a passed case has a latency; any other status has none."""
+                notes=(), baseline_failure=None, baseline_status=None, error_at=None) -> dict:
+    """A case's outcome. Invariant: a passed case has a latency; any other status has none.
+
+    ``baseline_status``: "passed", or the baseline's Failure or CheckResult when it did not
+    pass; None when no baseline ran on the case. ``error_at``: where each worst error was seen."""
     assert status in STATUSES, status
+    base_status = getattr(baseline_status, "status", baseline_status)
     rec = {
         "case": case.name, "params": dict(case.params), "status": status, "reason": reason,
         "max_abs_err": _r(check.max_abs_err) if check else None,
         "max_rel_err": _r(check.max_rel_err) if check else None,
+        "max_abs_err_at": (error_at or {}).get("max_abs_err"),
+        "max_rel_err_at": (error_at or {}).get("max_rel_err"),
         "latency_ms": None, "latency_q1_ms": None, "latency_q3_ms": None,
         "latency_ci95_ms": None, "noise": None, "samples": 0, "host_ms": None,
         "baseline": baseline, "baseline_latency_ms": None, "baseline_ci95_ms": None,
         "baseline_samples": 0, "baseline_noise": None, "speedup": None, "flags": list(flags), "notes": list(notes),
         "baseline_problem": baseline_failure,
+        # the baseline's outcome as fields (kbench compare reads these, never the prose above)
+        "baseline_status": base_status,
+        "baseline_reason": getattr(baseline_status, "reason", "") or "",
     }
     if status == "passed" and latency is not None:
         rec.update(latency_ms=_r(latency.median), latency_q1_ms=_r(latency.q1),

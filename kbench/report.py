@@ -1,56 +1,95 @@
-"""Human-readable reports of run records: a table per case and a summary."""
+"""Human-readable reports of run records and comparisons: a table per case and a summary.
+
+Tables fit 100 columns unless ``wide`` (kbench/tables.py). CPU-mode timings are interpreter
+wall clock, not the kernel's speed: no time, speedup or bandwidth figure is printed for them
+(the JSON keeps the raw figures, marked ``"meaningful": false``).
+"""
 from __future__ import annotations
 
-from tabulate import tabulate
+from .tables import hidden_note, lines, render
 
 
-def _ms(x):
-    return "-" if x is None else f"{x * 1e3:.2f}"  # shown in microseconds
+def _us(x):
+    return "-" if x is None else f"{x * 1e3:.2f}"  # milliseconds shown in microseconds
 
 
 def _err(x):
     return "-" if x is None else f"{x:.2g}"
 
 
-def case_rows(run: dict) -> list[list]:
+def _at(where):
+    """ "timed call 12 (seed 345)" -> "timed 12"; "first call" -> "first"."""
+    if not where:
+        return "-"
+    words = where.split()
+    return "first" if words[0] == "first" else f"timed {words[2]}"
+
+
+# errors: the worst over every checked call, and the call it was seen on
+CPU_HEADERS = ["case", "status", "abs err", "rel err", "worst at"]
+GPU_HEADERS = CPU_HEADERS + ["time us", "iqr/2 us", "base us", "speedup", "GB/s", "% bw"]
+# what goes first when a table does not fit: the least telling
+GPU_DROP = ("worst at", "% bw", "iqr/2 us", "GB/s", "rel err", "base us")
+
+
+def case_rows(run: dict) -> tuple[list[str], list[list]]:
+    timed = run["timing"]["meaningful"]
     rows = []
     for r in run["cases"]:
-        spread = "-"
-        if r["latency_q1_ms"] is not None:
-            spread = f"±{(r['latency_q3_ms'] - r['latency_q1_ms']) * 1e3 / 2:.2f}"
-        rows.append([
-            r["case"], r["status"] + ("*" if r["flags"] else ""),
-            _err(r["max_abs_err"]), _err(r["max_rel_err"]),
-            _ms(r["latency_ms"]), spread, _ms(r["baseline_latency_ms"]),
-            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
-            "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
-            "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%",
-        ])
-    return rows
+        row = [r["case"], r["status"] + ("*" if r["flags"] else ""), _err(r["max_abs_err"]),
+               _err(r["max_rel_err"]), _at(r.get("max_abs_err_at"))]
+        if timed:
+            spread = "-"
+            if r["latency_q1_ms"] is not None:
+                spread = f"{(r['latency_q3_ms'] - r['latency_q1_ms']) * 1e3 / 2:.2f}"
+            row += [_us(r["latency_ms"]), spread, _us(r["baseline_latency_ms"]),
+                    "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+                    "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
+                    "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%"]
+        rows.append(row)
+    return (GPU_HEADERS if timed else CPU_HEADERS), rows
 
 
-HEADERS = ["case", "status", "abs err", "rel err", "time us", "iqr/2 us", "base us",
-           "speedup", "GB/s", "% copy bw"]
+def _grouped(items: list[tuple[str, str]], total: int) -> list[str]:
+    """(case, text) pairs -> one line per distinct text: a load failure is said once, not per case."""
+    cases: dict[str, list[str]] = {}
+    for case, text in items:
+        cases.setdefault(text, []).append(case)
+    out = []
+    for text, names in cases.items():
+        if len(names) == 1:
+            who = names[0]
+        elif len(names) == total:
+            who = f"all {total} cases"
+        else:
+            who = f"{len(names)} cases ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        out.append(f"{who}: {text}")
+    return out
 
 
-def text_report(run: dict) -> str:
-    out = [tabulate(case_rows(run), HEADERS, tablefmt="simple", disable_numparse=True)]
+def text_report(run: dict, wide: bool = False) -> str:
+    headers, rows = case_rows(run)
+    table, hidden = render(headers, rows, wide=wide, drop=GPU_DROP)
+    out = [table] + ([hidden_note(hidden)] if hidden else [])
+    items = []
     for r in run["cases"]:
         if r["reason"]:
-            out.append(f"{r['case']}: {r['status']}: {r['reason']}")
-        for flag in r["flags"]:
-            out.append(f"{r['case']}: flagged: {flag}")
+            items.append((r["case"], f"{r['status']}: {r['reason']}"))
+        items += [(r["case"], f"flagged: {flag}") for flag in r["flags"]]
         if r.get("baseline_problem"):
-            out.append(f"{r['case']}: note: {r['baseline_problem']}")
+            items.append((r["case"], f"note: {r['baseline_problem']}"))
+    out += _grouped(items, len(run["cases"]))
     out.extend(f"note: {n}" for n in run["notes"])
-    out.append(summary_line(run))
+    out.append(lines(summary_line(run), wide))
     return "\n".join(out)
 
 
 def summary_line(run: dict) -> str:
     s = run["summary"]
     parts = [f"{run['task']}/{run['suite']}: passed {s['passed']}/{s['total']}"]
-    if s["geomean_speedup"] is not None:
+    if not run["timing"]["meaningful"]:
+        parts.append("CPU mode (Triton interpreter): correctness only, no timings")
+    elif s["geomean_speedup"] is not None:
         parts.append(f"geomean speedup {s['geomean_speedup']:.3f}x vs {run['baseline']}")
     elif s["passed"] < s["total"]:
         parts.append("geomean speedup n/a (failed cases)")
@@ -58,49 +97,82 @@ def summary_line(run: dict) -> str:
         parts.append("geomean speedup n/a (no baseline)")
     native = s.get("native")
     if native:
-        parts.append("native " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                           for k, v in native.items()))
+        parts.append(native_text(native))
     if s["flagged"]:
         parts.append(f"{s['flagged']} flagged")
     if s.get("fatal"):
         parts.append(f"RUN FAILED: {s['fatal']}")
     if run["timing"]["mode"] == "cuda-graph-replay":
         parts.append("CUDA-graph timing: replays of each captured call, host overhead excluded")
-    if not run["timing"]["meaningful"]:
-        parts.append("CPU mode: correctness only, timings are not meaningful")
     return "; ".join(parts)
 
 
 def markdown_report(run: dict) -> str:
-    table = tabulate(case_rows(run), HEADERS, tablefmt="github", disable_numparse=True)
+    headers, rows = case_rows(run)
+    table, _ = render(headers, rows, fmt="github")
     dev = run["device"]
-    return (f"### kbench: {run['task']} / {run['suite']}\n\n"
+    return (f"### kbench: {run['task']} / {run['suite']}: {run['submission']}\n\n"
             f"{summary_line(run)}\n\n{table}\n\n"
             f"Device: {dev.get('name', dev.get('device'))}; timing: {run['timing']['mode']}; "
             f"kbench {run['kbench_version']}\n")
 
 
-def compare_report(result: dict, markdown: bool = False) -> str:
+def compare_rows(result: dict) -> tuple[list[str], list[list]]:
+    timed = result["summary"].get("timed", True)
+    statuses = not timed or any(r["verdict"] == "FAILED" for r in result["rows"])
+    headers = (["case", "A us", "B us", "B/A", "95% CI", "verdict"] if timed else ["case"]) + \
+        (["A", "B"] if statuses else [])
     rows = []
     for r in result["rows"]:
-        ci = "-" if r["ratio_ci95"] is None else f"{r['ratio_ci95'][0]:.3f}-{r['ratio_ci95'][1]:.3f}"
-        rows.append([r["case"], _ms(r["a_ms"]), _ms(r["b_ms"]),
-                     "-" if r["ratio"] is None else f"{r['ratio']:.3f}", ci, r["verdict"],
-                     r["a_status"], r["b_status"]])
-    headers = ["case", "A us", "B us", "B/A", "95% CI", "verdict", "A", "B"]
-    table = tabulate(rows, headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
+        row = [r["case"]]
+        if timed:
+            ci = "-" if r["ratio_ci95"] is None else f"{r['ratio_ci95'][0]:.3f}-{r['ratio_ci95'][1]:.3f}"
+            row += [_us(r["a_ms"]), _us(r["b_ms"]), "-" if r["ratio"] is None else f"{r['ratio']:.3f}",
+                    ci, r["verdict"]]
+        rows.append(row + ([r["a_status"], r["b_status"]] if statuses else []))
+    return headers, rows
+
+
+def compare_summary(result: dict) -> str:
     s = result["summary"]
     how = "interleaved in one run" if s.get("interleaved") else "from saved results"
     if s.get("normalized_by"):
         how += f"; B/A taken against the {s['normalized_by']} baseline timed beside each, which cancels drift between runs"
-    if s["geomean_ratio"] is not None:
+    if not s.get("timed", True):
+        gate = " (--fail-if-slower too)" if s.get("fail_if_slower") is not None else ""
+        line = (f"B passed {s['b_passed']}/{s['cases']}, A {s['a_passed']}/{s['cases']}; CPU mode: "
+                f"timings not meaningful, only statuses judged{gate}")
+    elif s["geomean_ratio"] is not None:
         lo, hi = s["geomean_ratio_ci95"]
         line = (f"B/A geomean time {s['geomean_ratio']:.3f} (95% CI {lo:.3f}-{hi:.3f}): {s['verdict']}; "
                 f"{s['compared']}/{s['cases']} cases compared ({how})")
     else:
         line = f"no case passed on both sides ({how})"
-    if s["failed"]:
+    if s["failed"] and s.get("timed", True):
         line += f"; {s['failed']} case(s) failed on a side"
-    lines = [f"### kbench compare: {result['a']} (A) vs {result['b']} (B)\n" if markdown else "", table, line]
-    lines += [f"warning: {w}" for w in result.get("warnings", [])]
-    return "\n".join(x for x in lines if x != "")
+    return line
+
+
+def compare_report(result: dict, markdown: bool = False, wide: bool = False) -> str:
+    headers, rows = compare_rows(result)
+    table, hidden = render(headers, rows, wide=wide, fmt="github" if markdown else "simple")
+    items = [(r["case"], f"{side} {r[f'{side.lower()}_status']}: {r[f'{side.lower()}_reason']}")
+             for r in result["rows"] for side in ("A", "B")
+             if r[f"{side.lower()}_status"] not in ("passed", "not run") and r.get(f"{side.lower()}_reason")]
+    reasons = _grouped(items, len(result["rows"]))
+    warnings = [f"warning: {w}" for w in result.get("warnings", [])]
+    if markdown:  # paragraphs apart (a line right under a table renders as one of its rows), and a final newline
+        title = f"### kbench compare: {result['a']} (A) vs {result['b']} (B)"
+        bullets = "\n".join(f"- {line}" for line in reasons)
+        return "\n\n".join(x for x in [title, table, bullets, compare_summary(result), *warnings] if x) + "\n"
+    return "\n".join([table, *([hidden_note(hidden)] if hidden else []), *reasons,
+                      lines(compare_summary(result), wide), *warnings])
+
+
+def native_text(native: dict) -> str:
+    """``kbench.native.score`` as one phrase: name, value and unit, the details, the reason."""
+    value = "n/a" if native["value"] is None else f"{native['value']:.4g} {native['unit']}"
+    details = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in native["details"].items() if not isinstance(v, (dict, list)))
+    reason = f" ({native['reason']})" if native["reason"] else ""
+    return f"{native['name']} {value}{reason}" + (f" [{details}]" if details else "")

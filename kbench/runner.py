@@ -21,7 +21,7 @@ from .check import CheckResult
 from .errors import KbenchError
 from .interface import TASK
 from .protocol import Failure
-from .records import case_record, run_record
+from .records import WorstError, case_record, run_record
 from .suites import Case
 from .targets import Target, changed_files, fingerprint
 from .tasks import Task, submission_file
@@ -60,7 +60,7 @@ class _Series:
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
     done: str | None = None       # why sampling stopped
-    failed: str | None = None     # why this target's timing was abandoned
+    failed: Failure | None = None  # why this target's timing was abandoned
 
     def add(self, sample) -> None:
         self.device.append(sample.device_ms)
@@ -122,14 +122,17 @@ class Runner:
                 return CheckResult("invalid", f"the submission modified its input {key!r}")
         return self.module.check(outputs, tuple(expected), inputs)
 
-    def _checked_call(self, target: Target, inputs, expected, pristine, timed: bool, what: str):
-        """(sample, None) when the outputs pass; (sample, CheckResult) when they do not;
-        (None, Failure) when the call produced none."""
+    def _checked_call(self, target: Target, inputs, expected, pristine, timed: bool, what: str,
+                      worst: WorstError | None = None, where: str = ""):
+        """(sample, None) when the outputs pass (their errors go to ``worst``, at ``where``);
+        (sample, CheckResult) when they do not; (None, Failure) when the call produced none."""
         reply = target.request(protocol.Call(inputs, timed, self.options.cuda_graph and timed), what)
         if isinstance(reply, Failure):
             return None, reply
         check = self._verdict(reply, expected, inputs, pristine)
         del reply.outputs[:]
+        if check.passed and worst is not None:
+            worst.add(check, where)
         return reply.sample, (None if check.passed else check)
 
     # -- one case ---------------------------------------------------------------------
@@ -150,17 +153,22 @@ class Runner:
         del reply
         if not verdict.passed:
             return case_record(case, verdict.status, verdict.reason, verdict)
+        worst = WorstError()
+        worst.add(verdict, "first call")
         base_failure = None
+        base_status = None  # the baseline's Failure or CheckResult, when it did not pass
         # The baseline is waited for only once a submission passes a first call: a submission
         # that fails every case is rejected without paying for the baseline's start.
         if base is not None and base.ensure_running():
             note = f"baseline {base.label} unavailable: {base.load_failure.reason}"
             if note not in self.notes:
                 self.notes.append(note)  # the case still runs, without a speedup
+            base_status = base.load_failure
             base = None
         if base is not None:
             _, bad = self._checked_call(base, inputs, expected, pristine, False, "checking the baseline")
             if bad is not None:
+                base_status = bad
                 base_failure = f"baseline {base.label} {bad.status}: {bad.reason}"
                 if base.strict or isinstance(bad, Failure):
                     base = None
@@ -175,15 +183,15 @@ class Runner:
             if isinstance(reply, Failure):
                 if target is sub:
                     return case_record(case, reply.status, f"warm-up: {reply.reason}")
-                series[id(target)].failed = f"{reply.status}: {reply.reason}"
+                series[id(target)].failed = Failure(reply.status, reply.reason)
         del inputs, expected, pristine
 
-        failed = self._timed_rounds(case, targets, series, sub)
+        failed = self._timed_rounds(case, targets, series, sub, worst)
         if failed is not None:
             return failed
-        return self._finish(case, verdict, sub, base, series, base_failure)
+        return self._finish(case, worst, sub, base, series, base_failure, base_status)
 
-    def _timed_rounds(self, case, targets, series, sub) -> dict | None:
+    def _timed_rounds(self, case, targets, series, sub, worst: WorstError) -> dict | None:
         """Fresh inputs per round, one timed call per target on them, until every target's
         stop rule is met. Returns the submission's failure record, or None."""
         stop = self.options.stop
@@ -197,7 +205,9 @@ class Runner:
                 s = series[id(target)]
                 if not s.active:
                     continue
-                sample, bad = self._checked_call(target, inputs, expected, pristine, True, "timing")
+                where = f"timed call {len(s.device) + 1} (seed {self._params(case, index)['seed']})"
+                sample, bad = self._checked_call(target, inputs, expected, pristine, True, "timing",
+                                                 worst if target is sub else None, where)
                 if bad is None or not (isinstance(bad, Failure) or target.strict):
                     s.add(sample)  # a trusted baseline missing the tolerance is still timed
                     continue
@@ -208,7 +218,7 @@ class Runner:
                     reason, check = f"timed call {len(s.device) + 1} (seed {seed}): {bad.reason}", bad
                 if target is sub:
                     return case_record(case, bad.status, reason, check)
-                s.failed = f"{bad.status}: {reason}"
+                s.failed = Failure(bad.status, reason)
             del inputs, expected, pristine
             elapsed = time.perf_counter() - start
             live = [series[id(t)] for t in targets if series[id(t)].active]
@@ -216,7 +226,7 @@ class Runner:
                 s.done = why
         return None
 
-    def _finish(self, case, verdict, sub, base, series, base_failure) -> dict:
+    def _finish(self, case, worst, sub, base, series, base_failure, base_status) -> dict:
         sub_series = series[id(sub)]
         device, settle = timing.summarize(sub_series.device), timing.summarize(sub_series.settle)
         host = timing.summarize(sub_series.host)
@@ -231,12 +241,15 @@ class Runner:
                 notes.append(note)
         b = series.get(id(base)) if base is not None else None
         if b is not None and b.failed:
-            base_failure, b = f"baseline {base.label} {b.failed}", None
+            base_failure, base_status = f"baseline {base.label} {b.failed.status}: {b.failed.reason}", b.failed
+            b = None
         base_summary = timing.summarize(b.device) if b is not None and b.device else None
-        record = case_record(case, "passed", "", verdict, latency=latency, host=host,
+        record = case_record(case, "passed", "", worst.result(), latency=latency, host=host,
                              baseline=base.label if base_summary else None,
                              baseline_latency=base_summary, flags=flags, notes=notes,
-                             baseline_failure=base_failure)
+                             baseline_failure=base_failure,
+                             baseline_status=base_status or ("passed" if base_summary else None),
+                             error_at=worst.at)
         # The gate each target's calls waited behind (median, ms): how long its host enqueue took.
         record["gate_ms"] = round(timing.summarize(sub_series.gate).median, 3)
         if base_summary:

@@ -16,6 +16,9 @@ import shutil
 import signal
 import tempfile
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
+
+from . import interrupts
 
 _SPAWN = multiprocessing.get_context("spawn")
 
@@ -48,14 +51,22 @@ class BareWorker:
             pass
         self.process.join(5)
         self.conn.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        with interrupts.critical():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            interrupts.untrack(self.tmp)
 
 
 def spawn() -> BareWorker:
     """Start one worker process; it imports torch and waits for its assignment."""
+    with interrupts.critical():  # an interrupt now would find the folder or the process unregistered
+        return _spawn()
+
+
+def _spawn() -> BareWorker:
     from . import worker_entry
 
     tmp = tempfile.mkdtemp(prefix="kbench-worker-")
+    interrupts.track(tmp)
     parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
     # The worker inherits the environment at spawn (TRITON_INTERPRET it sets itself on
     # assignment, before anything imports Triton).
@@ -72,7 +83,11 @@ def spawn() -> BareWorker:
                 os.environ[key] = value
         process = _SPAWN.Process(target=worker_entry.main, args=(child_conn, os.path.join(tmp, "worker.log")),
                                  daemon=True)
-        process.start()
+        # Started first: starting it unblocks SIGINT in this thread.
+        resource_tracker.ensure_running()
+        with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
+            process.start()
+        interrupts.track(tmp, process)
     finally:
         for key, value in saved.items():
             if value is None:

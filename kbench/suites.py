@@ -57,6 +57,5 @@ def select_cases(suite: Suite, only: tuple[str, ...] | None) -> list[Case]:
     by_name = {c.name: c for c in suite.cases}
     missing = [n for n in only if n not in by_name]
     if missing:
-        raise KbenchError(f"no case {missing[0]!r} in suite {suite.name!r} "
-                          f"(see: kbench show ... --suite {suite.name})")
+        raise KbenchError(f"no case {missing[0]!r} in suite {suite.name!r} (known: {', '.join(by_name)})")
     return [by_name[n] for n in only]

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from . import protocol, spare_workers
+from . import interrupts, protocol, spare_workers
 from .channel import UnsafeReply, receive_untrusted, send
 from .protocol import Failure
 
@@ -93,7 +93,9 @@ class WorkerProcess:
     def cleanup(self) -> None:
         self.stop()
         if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            with interrupts.critical():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                interrupts.untrack(self.tmp)
 
     def _kill_group(self) -> None:
         """Processes the submission started (the worker leads its own process group)."""

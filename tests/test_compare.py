@@ -1,12 +1,14 @@
 """kbench compare: verdicts from both spreads, the geomean interval, exit codes, JSON round trip."""
 import json
 import math
+import random
 
 import pytest
 from click.testing import CliRunner
 
 from kbench.cli import cli
-from kbench.compare import compare_cases, compare_runs, ratio_interval, regressed, verdict
+from kbench.compare import (compare_cases, compare_interleaved, compare_runs, effective_noise, ratio_interval,
+                            regressed, verdict)
 from kbench.errors import KbenchError
 from tests.helpers import FIXTURES, ROOT
 
@@ -89,7 +91,7 @@ def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
     assert result.exit_code == 0
     row = next(l for l in result.output.splitlines() if l.startswith("c0 "))
     # the interval: each median's 0.1% noise plus the 1% reproducibility floor per side
-    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.070-1.131", "SLOWER", "passed", "passed"]
+    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.070-1.131", "SLOWER"]
     assert "B/A geomean time 1.100" in result.output and "SLOWER" in result.output
     result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
     assert result.exit_code == 1 and "regression: geomean 1.100x" in result.output
@@ -129,28 +131,145 @@ def test_cli_compare_rejects_mismatched_results(tmp_path):
 
 
 def test_eval_json_round_trips_into_compare(tmp_path, monkeypatch):
+    """A result written by eval is read back by compare, and the gate can fire on it: B is the
+    same result with every time 10% higher (both marked as CUDA timings, which gate)."""
     monkeypatch.chdir(ROOT)
     out = tmp_path / "run.json"
-    args = ["--device", "cpu", "--case", "b3_q5_kv2_d64_f16", "--min-samples", "2", "--max-samples", "2"]
+    args = ["--device", "cpu", "--min-samples", "2", "--max-samples", "2"]
     assert CliRunner().invoke(cli, ["eval", "submissions/qknorm", *args, "--json", str(out)]).exit_code == 0
     run = json.loads(out.read_text())
     for key in ("kbench_version", "task", "suite", "device", "timing", "cases", "summary"):
         assert key in run
     case = run["cases"][0]
-    for key in ("params", "latency_ms", "latency_ci95_ms", "noise", "samples", "speedup", "host_ms"):
+    for key in ("params", "latency_ms", "latency_ci95_ms", "noise", "samples", "speedup", "host_ms",
+                "baseline_status", "baseline_reason", "max_abs_err_at"):
         assert key in case
-    result = CliRunner().invoke(cli, ["compare", str(out), str(out), "--fail-if-slower", "1"])
-    assert result.exit_code == 0
-    assert "b3_q5_kv2_d64_f16" in result.output and "1.000" in result.output
+    run["timing"]["meaningful"] = True
+    for c in run["cases"]:
+        c["noise"] = 0.001
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run))
+    for c in run["cases"]:
+        c["latency_ms"] *= 1.10
+    b.write_text(json.dumps(run))
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
+    assert result.exit_code == 1, result.output
+    assert "b3_q5_kv2_d64_f16" in result.output and "1.100" in result.output
+    assert "regression: geomean 1.100x the time of A" in result.stderr
+    assert CliRunner().invoke(cli, ["compare", str(a), str(a), "--fail-if-slower", "3"]).exit_code == 0
 
 
-def test_compare_two_folders_runs_them_interleaved(monkeypatch):
+def test_cpu_timings_never_gate(tmp_path):
+    """kbench compare X X --fail-if-slower 3 on CPU: B's CPU-mode times 20% higher with tight
+    intervals are still no evidence; the statuses alone are judged, and compare says so."""
+    a = _saved(tmp_path, "a", [0.010, 0.020, 0.030], meaningful=False)
+    b = _saved(tmp_path, "b", [0.012, 0.024, 0.036], meaningful=False)
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == ("B passed 3/3, A 3/3; CPU mode: timings not meaningful, "
+                                              "only statuses judged (--fail-if-slower too)")
+    assert result.stdout.splitlines()[0].split() == ["case", "A", "B"]
+    assert "SLOWER" not in result.stdout and "1.200" not in result.stdout
+    broken = _saved(tmp_path, "c", [0.010, 0.020, 0.030], status="mismatch", meaningful=False)
+    result = CliRunner().invoke(cli, ["compare", str(a), str(broken), "--fail-if-slower", "3"])
+    assert result.exit_code == 1 and "regression: c0: B mismatch" in result.stderr
+
+
+def test_twenty_cases_do_not_raise_twenty_chances_of_a_false_alarm():
+    """Same code, 20 cases, noise only: the gate fires on about 5% of comparisons at most,
+    not on the 1 - 0.975^20 = 40% a per-case 95% rule gives (seeded, deterministic)."""
+    rng = random.Random(12)
+    fired = per_case = 0
+    trials = 400
+    spread = effective_noise(0.010, 0.002)  # what each median's interval assumes, drawn as such
+    for _ in range(trials):
+        pairs = []
+        for i in range(20):
+            a, b = (0.010 * math.exp(rng.gauss(0, spread)) for _ in "ab")
+            pairs.append((f"c{i}", ("passed", a, 0.002), ("passed", b, 0.002)))
+        out = compare_cases(pairs)
+        fired += bool(regressed(out, 0.0))
+        per_case += any(r["ratio_ci95"][0] > 1.0 for r in out["rows"])
+    assert fired / trials <= 0.06, fired
+    assert per_case / trials > 0.2, per_case  # what the old rule would have done
+
+
+def test_one_slow_case_of_twenty_needs_evidence_beyond_the_family():
+    rows = [(f"c{i}", ("passed", 10.0, 0.001), ("passed", 10.0, 0.001)) for i in range(19)]
+    # 5% slower: its own 95% interval clears 1.03 (a per-case rule fires) but not by a margin
+    # that survives 21 comparisons
+    marginal = compare_cases(rows + [("slow", ("passed", 10.0, 0.001), ("passed", 10.6, 0.001))])
+    assert marginal["rows"][-1]["ratio_ci95"][0] > 1.03
+    assert regressed(marginal, 3.0) == []
+    clear = compare_cases(rows + [("slow", ("passed", 10.0, 0.001), ("passed", 13.0, 0.001))])
+    assert regressed(clear, 3.0)[0].startswith("slow: 1.300x the time of A, p=")
+
+
+def test_help_states_the_family_wise_rule():
+    text = " ".join(CliRunner().invoke(cli, ["compare", "--help"]).output.split())
+    assert "95% family-wise confidence: Holm's step-down over the geomean and every case" in text
+
+
+def test_a_saved_result_against_a_folder_of_another_task_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    saved = _saved(tmp_path, "q", [0.010])
+    for args in ([str(saved), "submissions/mla_decode"], ["submissions/mla_decode", str(saved)]):
+        result = CliRunner().invoke(cli, ["compare", *args])
+        assert result.exit_code == 2
+        assert result.stderr == f"Error: submissions/mla_decode is a mla_decode submission but {saved} is a qknorm result\n"
+    result = CliRunner().invoke(cli, ["compare", str(saved), "submissions/qknorm", "--task", "mla_decode"])
+    assert result.exit_code == 2 and result.stderr.startswith("Error: --task mla_decode, but")
+
+
+def test_compare_markdown_keeps_the_summary_out_of_the_table_and_ends_with_a_newline(tmp_path):
+    a = _saved(tmp_path, "a", [0.010, 0.020])
+    b = _saved(tmp_path, "b", [0.011, 0.022])
+    md = tmp_path / "summary.md"
+    md.write_text("before\n")
+    assert CliRunner().invoke(cli, ["compare", str(a), str(b), "--markdown", str(md)]).exit_code == 0
+    text = md.read_text()
+    assert text.startswith("before\n### kbench compare: ") and text.endswith("\n")
+    lines = text.splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert lines[last_row + 1] == "" and lines[last_row + 2].startswith("B/A geomean time 1.100")
+
+
+def test_compare_reads_the_baselines_status_from_its_fields():
+    """A folder compared with a folder: A ran in the baseline's place; its status and reason are
+    fields of the case record, whatever the prose note says."""
+    case = {"case": "c", "status": "passed", "latency_ms": 0.01, "noise": 0.001, "reason": "",
+            "baseline_status": "timeout", "baseline_reason": "no answer after 3 s",
+            "baseline_problem": "baseline a/b: c: d passed: misleading prose"}
+    out = compare_interleaved({"cases": [case], "timing": {"meaningful": True}})
+    row = out["rows"][0]
+    assert (row["a_status"], row["a_reason"], row["verdict"]) == ("timeout", "no answer after 3 s", "FAILED")
+
+
+def test_compare_two_folders_runs_them_interleaved_and_says_why_b_failed(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = CliRunner().invoke(cli, ["compare", str(FIXTURES / "qknorm" / "good_torch"),
                                       str(FIXTURES / "qknorm" / "fails_one_case"), "--task", "qknorm",
-                                      "--device", "cpu", "--min-samples", "2", "--max-samples", "2",
-                                      "--fail-if-slower", "1000"])
+                                      "--device", "cpu", "--min-samples", "2", "--max-samples", "2"])
     assert result.exit_code == 1
-    assert "(interleaved in one run)" in result.output
-    row = next(l for l in result.output.splitlines() if l.startswith("b2_q3_kv1_d256_bf16"))
-    assert "FAILED" in row and row.split()[-3:] == ["not", "run", "error"]
+    row = next(l for l in result.output.splitlines() if l.startswith("b2_q3_kv1_d256_bf16 "))
+    assert row.split()[-3:] == ["not", "run", "error"]
+    assert "b2_q3_kv1_d256_bf16: B error: RuntimeError: unsupported head_dim (at submission.py:7)" in result.stdout
+    assert "regression: b2_q3_kv1_d256_bf16: B error" in result.stderr
+
+
+def test_compare_two_folders_says_why_a_failed(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(cli, ["compare", str(FIXTURES / "qknorm" / "raises"),
+                                      str(FIXTURES / "qknorm" / "good_torch"), "--task", "qknorm",
+                                      "--device", "cpu", "--case", "b3_q5_kv2_d64_f16", "--normalize"])
+    assert result.exit_code == 0  # B passed everything: A's failure is not B's
+    assert "b3_q5_kv2_d64_f16: A error: ValueError: kernel exploded (at submission.py:2)" in result.stdout
+    assert result.stderr == "kbench: --normalize ignored: it takes two saved results\n"
+
+
+def test_run_options_with_two_saved_results_are_said_to_be_ignored(tmp_path):
+    a, b = _saved(tmp_path, "a", [0.010]), _saved(tmp_path, "b", [0.010])
+    result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--suite", "full", "--budget", "3", "-q"])
+    assert result.exit_code == 0
+    assert result.stderr == "kbench: ignored with two saved results (nothing is run): --suite, --budget\n"
+    assert CliRunner().invoke(cli, ["compare", str(a), str(b)]).stderr == ""

@@ -4,10 +4,8 @@ Each fixture in tests/fixtures/hostile/<task>/<exploit>/ is one published exploi
 table in docs/threat-model.md maps each to its defense and to the test here. Caught means
 a failing status (mismatch, invalid, error, crash, timeout) or a flag, and exit code 1.
 """
-import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -34,8 +32,13 @@ def _with_torch_attention(fixture: str) -> Path:
 def run(fixture: str, task: str = "qknorm", **kw) -> dict:
     kw.setdefault("only", CASE)
     kw.setdefault("timeout", 20.0)
-    path = _with_torch_attention(fixture) if task == "block_sparse_attn" else HOSTILE / task / fixture
-    return run_cpu(task, path, **kw)
+    if task != "block_sparse_attn":
+        return run_cpu(task, HOSTILE / task / fixture, **kw)
+    path = _with_torch_attention(fixture)
+    try:
+        return run_cpu(task, path, **kw)
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def caught(result: dict) -> bool:
@@ -140,12 +143,14 @@ def test_replay_by_address_never_passes_a_stale_answer():  # 1
     # Inputs land at a random place every call, so an address-keyed cache rarely hits; when
     # it does, the stale outputs fail the check. Either way no replay passes.
     folder = _with_torch_attention("cache_by_pointer")
-    result = run_cpu("block_sparse_attn", folder, only=("smoke-window-1",),
-                     stop=StopRule(noise=0.5, min_samples=8, max_samples=8, budget_s=5))
-    hits = (folder / "hits.txt").read_text().count("hit") if (folder / "hits.txt").exists() else 0
+    try:
+        result = run_cpu("block_sparse_attn", folder, only=("smoke-window-1",),
+                         stop=StopRule(noise=0.5, min_samples=8, max_samples=8, budget_s=5))
+        hits = (folder / "hits.txt").read_text().count("hit") if (folder / "hits.txt").exists() else 0
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
     status = result["cases"][0]["status"]
     assert status == ("mismatch" if hits else "passed"), (status, hits)
-    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def test_block_sparse_attn_subprocess_is_flagged():  # 15
@@ -155,30 +160,8 @@ def test_block_sparse_attn_subprocess_is_flagged():  # 15
     assert any("started a process" in f for f in case["flags"])
 
 
-def _marked_processes(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
-def test_nothing_is_left_behind():
-    tmp = Path(tempfile.gettempdir())
-    before = {p.name for p in tmp.glob("kbench-*")}
-    for fixture in ("spawns_process", "busy_loop"):
-        run(fixture, timeout=3.0)
-    deadline = time.monotonic() + 5
-    while _marked_processes("kbench-hostile-orphan-marker") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _marked_processes("kbench-hostile-orphan-marker") == []
-    assert {p.name for p in tmp.glob("kbench-*")} - before == set()
+# Nothing left behind (processes, temp folders) is checked after every test, for every
+# fixture: tests/conftest.py (nothing_left_behind).
 
 
 def _cpu_cases():

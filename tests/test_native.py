@@ -62,3 +62,13 @@ def test_a_gpu_run_record_carries_the_native_score_and_reports_it():
     assert run["summary"]["native"] == native.score("Frontier-CS score", 100.0, unit="points", lower_is_better=False,
                                                     score_unbounded=180.0)
     assert "Frontier-CS score" in text_report(run)
+
+
+def test_the_report_prints_a_native_score_as_one_phrase():
+    from kbench.native import score
+    from kbench.report import native_text
+    assert native_text(score("Frontier-CS score", 100.0, unit="points", lower_is_better=False,
+                             score_unbounded=148.6)) == "Frontier-CS score 100 points [score_unbounded 148.6]"
+    assert native_text(score("family geomean latency", None, unit="ms", lower_is_better=True,
+                             reason="invalid: case quick-window-1 mismatch", families={"window": 0.3})) \
+        == "family geomean latency n/a (invalid: case quick-window-1 mismatch)"

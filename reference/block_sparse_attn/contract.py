@@ -47,7 +47,18 @@ class Entry:
 
 
 def load(path: Path) -> Entry:
-    """Check the files and imports, point the compile caches at a private folder, import."""
+    """Check the files and imports, point the compile caches at a private folder, import.
+    A load that fails undoes what it installed (cache folder and env vars, import hook)."""
+    undo = []
+    try:
+        return _load(path, undo)
+    except BaseException:
+        for step in reversed(undo):
+            step()
+        raise
+
+
+def _load(path: Path, undo: list) -> Entry:
     path = submission.find(path, SUBMISSION_FILES).resolve()
     root = path.parent
     trusted = root == _HERE  # kbench's own baselines live next to this file
@@ -63,10 +74,12 @@ def load(path: Path) -> Entry:
         # kbench's own baselines use the shared caches: compiling FlexAttention from scratch,
         # single-threaded, in a fresh folder cost about 20 s of every run on the H100 host.
         cache.install()
+        undo.append(cache.remove)
     import_guard = None
     if not trusted:
         import_guard = guard_mod.ImportGuard(str(root), local)
         import_guard.install()
+        undo.append(import_guard.remove)
     name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
     module = submission.import_file(path, name)
     fn = submission.entry_point(module, path, "block_sparse_attn_fwd",
