@@ -95,8 +95,10 @@ def test_bundled_triton_solution_passes_smoke_in_the_interpreter():
     run = run_cpu("qknorm", ROOT / "submissions" / "qknorm")
     assert set(statuses(run).values()) == {"passed"}, run["cases"]
     assert len(run["cases"]) == 5
-    worst = max(c["max_abs_err"] for c in run["cases"])
-    assert worst < 0.05  # one bf16 ulp at |y| ~ 4, not garbage
+    # the worst over every checked call (timed calls on fresh seeds): at most one bf16 ulp,
+    # relative, whatever |y| the seeds drew; the interpreter's bf16 tl.dot garbage is ~1e10
+    worst = max(c["max_rel_err"] for c in run["cases"])
+    assert worst <= 2 ** -7
 
 
 def test_bundled_solution_reads_views_in_place():
