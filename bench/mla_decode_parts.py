@@ -21,7 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SWEEP = [(64, 32, 1, 8, 2), (64, 64, 1, 8, 1), (64, 32, 1, 8, 3), (32, 64, 1, 8, 2)]  # block_h, block_n, v_split, warps, stages
+# block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own)
+SWEEP = [(64, 64, 1, 8, 1, False), (64, 64, 1, 8, 1, True), (64, 64, 1, 8, 2, True), (64, 32, 1, 8, 3, True),
+         (64, 32, 1, 8, 2, True), (64, 128, 1, 8, 1, True)]
+KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass")
 
 
 def steps(kernel, inputs: dict, prepare) -> dict:
@@ -103,9 +106,9 @@ def main() -> int:
         if args.sweep:
             default = dict(kernel.CONFIG)
             attention = steps(kernel, inputs, contract.prepare)["attention kernel"]
-            print("attention kernel by (block_h, block_n, v_split, num_warps, num_stages):", flush=True)
+            print(f"attention kernel by {KEYS}:", flush=True)
             for config in SWEEP:
-                kernel.CONFIG.update(zip(("block_h", "block_n", "v_split", "num_warps", "num_stages"), config))
+                kernel.CONFIG.update(zip(KEYS, config))
                 try:
                     verdict = module.check(contract.call(entry, contract.prepare(inputs)), expected, inputs)
                     us = median_ms(timer, attention[1], attention[0], args.calls) * 1e3 if verdict.passed else None

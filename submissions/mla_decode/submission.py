@@ -26,8 +26,26 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _bf16(x):
+def _bf16_native(x):
     return x.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _bf16_bits(x):
+    """x rounded to the nearest bf16, ties to even (torch's and the GPU's rounding), as fp32.
+
+    Triton's interpreter converts fp32 to bf16 by truncation (round toward zero, triton 3.9
+    `_convert_float` without a rounding mode), so in the interpreter every rounding the kernel
+    makes to reproduce the original's bf16 steps, and the bf16 store of o, came out biased
+    toward zero. This integer form rounds the same on the GPU and in the interpreter.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.to(tl.float32, bitcast=True)
+
+
+# The GPU's conversion instruction already rounds to nearest even; the interpreter needs the bits.
+_bf16 = _bf16_bits if _INTERPRET else _bf16_native
 
 
 @triton.jit
@@ -39,13 +57,34 @@ def _rope_half_pair(xa, xb, c, s):
 
 
 @triton.jit
+def _rope_keys_kernel(kv_ptr, cos_ptr, sin_ptr, kpe_ptr, kv_len, s_kv_b, s_kv_n, s_kpe_b, s_kpe_n,
+                      R: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr):
+    """kpe[b, n] = the RoPE part of cache row n rotated at position n (bf16, the original's roundings)."""
+    b = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_half = tl.arange(0, HALF)
+    nmask = offs_n[:, None] < kv_len
+    row = kv_ptr + b * s_kv_b + offs_n[:, None] * s_kv_n + R
+    ka = tl.load(row + offs_half[None, :], mask=nmask, other=0.0).to(tl.float32)
+    kb = tl.load(row + HALF + offs_half[None, :], mask=nmask, other=0.0).to(tl.float32)
+    trig = offs_n[:, None] * HALF + offs_half[None, :]
+    kc = tl.load(cos_ptr + trig, mask=nmask, other=0.0)
+    ks = tl.load(sin_ptr + trig, mask=nmask, other=0.0)
+    ka, kb = _rope_half_pair(ka, kb, kc, ks)
+    out = kpe_ptr + b * s_kpe_b + offs_n[:, None] * s_kpe_n + offs_half[None, :]
+    tl.store(out, ka.to(tl.bfloat16), mask=nmask)
+    tl.store(out + HALF, kb.to(tl.bfloat16), mask=nmask)
+
+
+@triton.jit
 def _mla_attn_kernel(
-    qlat_ptr, q_ptr, kv_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
+    qlat_ptr, q_ptr, kv_ptr, kpe_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
     H, kv_len, tiles_per_split, sm_scale,
-    s_ql_h, s_ql_b, s_q_b, s_q_h, s_kv_b, s_kv_n,
+    s_ql_h, s_ql_b, s_q_b, s_q_h, s_kv_b, s_kv_n, s_kpe_b, s_kpe_n,
     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
     NOPE: tl.constexpr, R: tl.constexpr, HALF: tl.constexpr, V_SPLIT: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_F32: tl.constexpr,
+    ROPE_PASS: tl.constexpr,
 ):
     # V_SPLIT programs share a head block, each accumulating R // V_SPLIT output columns
     # (fewer registers per program; the scores are computed by each of them).
@@ -88,14 +127,19 @@ def _mla_attn_kernel(
         offs_n = start + tl.arange(0, BLOCK_N)
         nmask = offs_n < n_end
         c = tl.load(kv_base + offs_n[:, None] * s_kv_n + offs_r[None, :], mask=nmask[:, None], other=0.0)
-        ka = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + offs_half[None, :],
-                     mask=nmask[:, None], other=0.0).to(tl.float32)
-        kb = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + HALF + offs_half[None, :],
-                     mask=nmask[:, None], other=0.0).to(tl.float32)
-        trig = offs_n[:, None] * HALF + offs_half[None, :]
-        kc = tl.load(cos_ptr + trig, mask=nmask[:, None], other=0.0)
-        ks = tl.load(sin_ptr + trig, mask=nmask[:, None], other=0.0)
-        ka, kb = _rope_half_pair(ka, kb, kc, ks)
+        if ROPE_PASS:  # rotated once per cache row by _rope_keys_kernel
+            kpe_row = kpe_ptr + b * s_kpe_b + offs_n[:, None] * s_kpe_n
+            ka = tl.load(kpe_row + offs_half[None, :], mask=nmask[:, None], other=0.0).to(tl.float32)
+            kb = tl.load(kpe_row + HALF + offs_half[None, :], mask=nmask[:, None], other=0.0).to(tl.float32)
+        else:
+            ka = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + offs_half[None, :],
+                         mask=nmask[:, None], other=0.0).to(tl.float32)
+            kb = tl.load(kv_base + offs_n[:, None] * s_kv_n + R + HALF + offs_half[None, :],
+                         mask=nmask[:, None], other=0.0).to(tl.float32)
+            trig = offs_n[:, None] * HALF + offs_half[None, :]
+            kc = tl.load(cos_ptr + trig, mask=nmask[:, None], other=0.0)
+            ks = tl.load(sin_ptr + trig, mask=nmask[:, None], other=0.0)
+            ka, kb = _rope_half_pair(ka, kb, kc, ks)
         if V_SPLIT == 1:
             cv = c
         else:
@@ -134,7 +178,7 @@ def _mla_attn_kernel(
     else:
         out = acc / l_i[:, None]
         tl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_v[None, :],
-                 out.to(tl.bfloat16), mask=hmask[:, None])
+                 _bf16(out).to(tl.bfloat16), mask=hmask[:, None])
 
 
 @triton.jit
@@ -153,11 +197,11 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
     parts = tl.load(opart_ptr + offs_s[:, None] * s_op_s + b * s_op_b + h * s_op_h + offs_r[None, :],
                     mask=smask[:, None], other=0.0)
     out = tl.sum(parts * w[:, None], 0)
-    tl.store(o_ptr + b * s_o_b + h * s_o_h + offs_r, out.to(tl.bfloat16))
+    tl.store(o_ptr + b * s_o_b + h * s_o_h + offs_r, _bf16(out).to(tl.bfloat16))
 
 
 # Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md).
-CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 1}
+CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 1, "rope_pass": False}
 _THETA: dict = {}
 
 
@@ -220,16 +264,24 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
+    if CONFIG["rope_pass"]:
+        kpe = torch.empty(bs, kv_len, rope, dtype=torch.bfloat16, device=kv.device)
+        _rope_keys_kernel[(triton.cdiv(kv_len, 64), bs)](
+            kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1),
+            R=R, HALF=rope // 2, BLOCK_N=64)
+    else:
+        kpe = kv  # unused
     _mla_attn_kernel[(groups * v_split, bs, splits)](
-        q_lat, q, kv, cos, sin, o, opart, lse,
+        q_lat, q, kv, kpe, cos, sin, o, opart, lse,
         H, kv_len, tiles_per_split, sm_scale,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
+        kpe.stride(0), kpe.stride(1),
         o.stride(0), o.stride(1),
         opart.stride(0) if splits > 1 else 0, opart.stride(1) if splits > 1 else 0,
         opart.stride(2) if splits > 1 else 0,
         lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
         NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
-        DOT_F32=_INTERPRET, num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
+        DOT_F32=_INTERPRET, ROPE_PASS=CONFIG["rope_pass"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
     )
     if splits > 1:
         _merge_splits_kernel[(bs, H)](
