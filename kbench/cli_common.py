@@ -10,15 +10,16 @@ from pathlib import Path
 import click
 
 from .errors import KbenchError
+from .launch import DEFAULT_PROCESSES
 from .runner import Options, evaluate
 from .suites import select_cases
 from .tasks import Task, detect_task, get_task
 from .timing import StopRule
 
 # CPU mode: timings are not meaningful there, a few calls are enough
-CPU_CAPS = {"budget": 1.0, "min_samples": 3, "max_samples": 3}
+CPU_CAPS = {"budget": 1.0, "min_samples": 3, "max_samples": 3, "processes": 1}
 RUN_OPTIONS = ("task_name", "suite", "only", "device", "seed", "timeout", "noise", "budget", "min_samples",
-               "max_samples", "cuda_graph")
+               "max_samples", "cuda_graph", "processes")
 
 
 class UsageProblem(click.ClickException):
@@ -53,6 +54,9 @@ def run_options(fn):
         click.option("--min-samples", type=int, default=StopRule.min_samples, show_default=True),
         click.option("--max-samples", type=int, default=StopRule.max_samples, show_default=True,
                      help="CPU mode: at most 3."),
+        click.option("--processes", type=click.IntRange(1, 8), default=DEFAULT_PROCESSES, show_default=True,
+                     help="Worker processes per submission and baseline; each figure is the mean of their "
+                          "medians, its interval includes their spread (CUDA only; CPU mode uses one)."),
         click.option("--cuda-graph", is_flag=True,
                      help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
@@ -140,7 +144,7 @@ def options(kw: dict, device: str, progress: Progress, **extra) -> Options:
                    only=kw["only"] or None, timeout=kw["timeout"], seed=kw["seed"],
                    stop=StopRule(noise=kw["noise"], min_samples=stop["min_samples"],
                                  max_samples=stop["max_samples"], budget_s=stop["budget"]),
-                   cuda_graph=kw["cuda_graph"], progress=progress, **extra)
+                   cuda_graph=kw["cuda_graph"], processes=stop["processes"], progress=progress, **extra)
 
 
 def detect(path: Path) -> Task:

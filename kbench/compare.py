@@ -1,5 +1,8 @@
 """Is B faster than A? Per-case verdicts from both medians' uncertainty, not a bare ratio.
 
+Each median's interval already holds the spread between worker processes (kbench/timing.py
+``pool``); a geomean also carries the part of that spread shared by every case of a process.
+
 Timings are compared only when both sides' are meaningful (CUDA): CPU-mode figures are
 interpreter wall clock, so there compare judges the statuses alone. The gate
 (``regressed``) controls the family-wise error over the geomean and every case (Holm).
@@ -11,27 +14,17 @@ import math
 from pathlib import Path
 
 from .errors import KbenchError
+from .timing import PROCESS_REL
 
 Z95 = 1.96
 SAME_WITHIN = 0.02   # an interval inside +-2% of 1.0 is "the same" for practical purposes
-# How far one case's median moves between runs of the same code on the same card, beyond
-# what its own samples show (allocation placement, clocks): relative, and absolute for
-# kernels of a few microseconds. Measured on the H100 (docs/measurement.md, "Comparing").
-REPRO_REL = 0.01
-REPRO_ABS_MS = 0.1e-3
-# How far a whole run moves against another (all cases together), added to the geomean's
-# uncertainty. Taking B/A against the baseline timed beside each run would cancel a drift of
-# the card, but the baselines' own medians move more between processes (FlexAttention 3-4%,
-# flashinfer's 8 us qknorm 1-2%, measured on the H100) than the card drifted (under 1%):
-# that is opt-in (``normalize``).
-RUN_DRIFT = 0.01
 
 
-def effective_noise(ms: float, noise: float | None) -> float:
-    """A median's relative standard error for comparing across workers or runs: its own
-    sampling error and the protocol's reproducibility floor."""
-    floor = max(REPRO_REL, REPRO_ABS_MS / ms) if ms else REPRO_REL
-    return math.sqrt((noise or 0.0) ** 2 + floor ** 2)
+def shared_noise(processes_a: int, processes_b: int) -> float:
+    """The relative standard error every case of a geomean shares: a worker process's offset
+    moves all its cases together (on the H100 a whole qknorm run sat ~1% above another), so
+    it does not shrink with the number of cases; each side's K processes divide it by K."""
+    return PROCESS_REL * math.sqrt(1 / max(1, processes_a) + 1 / max(1, processes_b))
 
 
 def load_result(path: Path) -> dict:
@@ -44,6 +37,9 @@ def load_result(path: Path) -> dict:
         raise KbenchError(f"{path}: holds several runs; save one submission per file to compare")
     if "cases" not in data or "task" not in data:
         raise KbenchError(f"{path}: not a kbench JSON result (no 'cases')")
+    if data.get("timing", {}).get("meaningful") and "processes" not in data["timing"]:
+        raise KbenchError(f"{path}: saved by an older kbench whose intervals leave out the spread "
+                          f"between processes; run it again to compare")
     return data
 
 
@@ -77,14 +73,14 @@ def _side(case: dict, prefix: str) -> tuple:
 
 
 def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None = None,
-                  run_drift: float = 0.0, timed: bool = True) -> dict:
+                  shared: float = 0.0, timed: bool = True) -> dict:
     """``pairs``: (case, (status, ms, noise[, reason]) of A, same of B) -> rows and a geomean
     summary.
 
     ``controls``: per case, ((ms, noise) of A's baseline, same of B's) when both runs timed the
     same baseline beside the submission: the ratio is then taken against it, which cancels
-    drift between the runs. ``run_drift``: uncertainty shared by every case (two runs
-    compared without a control). ``timed`` False (CPU-mode timings): statuses only, no ratio."""
+    drift between the runs. ``shared``: the geomean's relative standard error shared by every
+    case (``shared_noise``). ``timed`` False (CPU-mode timings): statuses only, no ratio."""
     rows, logs, ses = [], [], []
     for name, side_a, side_b in pairs:
         (sa, ma, na), (sb, mb, nb) = side_a[:3], side_b[:3]
@@ -93,14 +89,13 @@ def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None =
                "ratio": None, "ratio_ci95": None, "log_se": None,
                "verdict": "FAILED" if sa != "passed" or sb != "passed" else "NOT TIMED"}
         if sa == "passed" and sb == "passed" and ma and mb and timed:
-            ea, eb = effective_noise(ma, na), effective_noise(mb, nb)
+            ea, eb = na or 0.0, nb or 0.0
             r, lo, hi = ratio_interval(ma, ea, mb, eb)
             control = (controls or {}).get(name)
             if control:
                 (ca, nca), (cb, ncb) = control
                 drift = cb / ca
-                r, lo, hi = ratio_interval(ma, math.hypot(ea, effective_noise(ca, nca)),
-                                           mb / drift, math.hypot(eb, effective_noise(cb, ncb)))
+                r, lo, hi = ratio_interval(ma, math.hypot(ea, nca or 0.0), mb / drift, math.hypot(eb, ncb or 0.0))
                 row["baseline_drift"] = round(drift, 4)
             se = (math.log(hi) - math.log(lo)) / (2 * Z95)
             row.update(ratio=round(r, 4), ratio_ci95=[round(lo, 4), round(hi, 4)], log_se=round(se, 6),
@@ -115,7 +110,7 @@ def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None =
                "geomean_ratio": None, "geomean_ratio_ci95": None, "geomean_log_se": None, "verdict": None}
     if logs:
         mean = sum(logs) / len(logs)
-        se = math.hypot(math.sqrt(sum(s * s for s in ses)) / len(logs), run_drift)
+        se = math.hypot(math.sqrt(sum(s * s for s in ses)) / len(logs), shared)
         lo, hi = math.exp(mean - Z95 * se), math.exp(mean + Z95 * se)
         summary.update(geomean_ratio=round(math.exp(mean), 4), geomean_ratio_ci95=[round(lo, 4), round(hi, 4)],
                        geomean_log_se=round(se, 6), verdict=verdict(lo, hi))
@@ -145,7 +140,8 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     timed = bool(run_a.get("timing", {}).get("meaningful") and run_b.get("timing", {}).get("meaningful"))
     if normalize and timed and len(controls) != len(pairs):
         raise KbenchError("--normalize needs the same baseline timed on every compared case of both results")
-    out = compare_cases(pairs, controls if normalize else None, 0.0 if normalize else RUN_DRIFT, timed)
+    out = compare_cases(pairs, controls if normalize else None,
+                        shared_noise(_processes(run_a), _processes(run_b)), timed)
     if not normalize:  # shown, not divided out: did the card itself move between the runs?
         for row in out["rows"]:
             if row["case"] in controls and row["ratio"] is not None:
@@ -162,10 +158,15 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     return out
 
 
+def _processes(run: dict) -> int:
+    return run.get("timing", {}).get("processes", 1)
+
+
 def compare_interleaved(run: dict) -> dict:
     """One run in which A stood in for the baseline and B was the submission."""
     pairs = [(c["case"], _side(c, "baseline"), _side(c, "case")) for c in run["cases"]]
-    out = compare_cases(pairs, timed=bool(run["timing"]["meaningful"]))
+    k = _processes(run)
+    out = compare_cases(pairs, shared=shared_noise(k, k), timed=bool(run["timing"]["meaningful"]))
     out["summary"]["interleaved"] = True
     out["warnings"] = []
     return out

@@ -136,6 +136,8 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             "noise_target": options.stop.noise, "min_samples": options.stop.min_samples,
             "max_samples": options.stop.max_samples, "budget_s_per_case": options.stop.budget_s,
             "root_seed": options.seed,
+            # worker processes per target: each case's figure is the mean of their medians
+            "processes": options.process_count,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

@@ -8,6 +8,7 @@ checked and the inputs are checked unchanged. docs/measurement.md has the reason
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import time
@@ -20,10 +21,11 @@ from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
 from .interface import TASK
+from .launch import DEFAULT_PROCESSES
 from .protocol import Failure
 from .records import WorstError, case_record, run_record
 from .suites import Case
-from .targets import Target, changed_files, fingerprint
+from .targets import Replicas, Target, changed_files, fingerprint
 from .tasks import Task, submission_file
 
 
@@ -40,7 +42,14 @@ class Options:
     warmup_ms: float = 25.0
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
+    processes: int | None = None       # worker processes per target (None: 2 on CUDA, 1 on CPU)
     progress: object = None            # callable(str) for progress lines, or None
+
+    @property
+    def process_count(self) -> int:
+        if self.processes is not None:
+            return max(1, self.processes)
+        return DEFAULT_PROCESSES if self.device == "cuda" else 1
 
 
 def derive_seed(*parts) -> int:
@@ -57,12 +66,14 @@ class _Series:
     host: list[float] = field(default_factory=list)     # host time inside the call
     floor: list[float] = field(default_factory=list)    # an empty call's settle gap
     gate: list[float] = field(default_factory=list)     # the gate each call ran behind
+    process: list[int] = field(default_factory=list)    # which of the target's processes timed it
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
     done: str | None = None       # why sampling stopped
     failed: Failure | None = None  # why this target's timing was abandoned
 
-    def add(self, sample) -> None:
+    def add(self, sample, process: int) -> None:
+        self.process.append(process)
         self.device.append(sample.device_ms)
         self.settle.append(sample.settle_ms)
         self.host.append(sample.host_ms)
@@ -75,6 +86,9 @@ class _Series:
     def active(self) -> bool:
         return self.done is None and self.failed is None
 
+    def pooled(self, values: list[float], processes: int) -> timing.Pooled:
+        return timing.pool([[v for v, p in zip(values, self.process) if p == k] for k in range(processes)])
+
 
 class Runner:
     def __init__(self, task: Task, options: Options):
@@ -86,6 +100,12 @@ class Runner:
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
         self.notes: list[str] = []
+        # Every target is timed in this many worker processes (docs/measurement.md, "Processes").
+        self.processes = options.process_count
+        stop = options.stop
+        # At least three timed calls in every process before a target may stop.
+        self.stop = dataclasses.replace(stop, min_samples=min(max(stop.min_samples, 3 * self.processes),
+                                                              stop.max_samples))
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -122,11 +142,11 @@ class Runner:
                 return CheckResult("invalid", f"the submission modified its input {key!r}")
         return self.module.check(outputs, tuple(expected), inputs)
 
-    def _checked_call(self, target: Target, inputs, expected, pristine, timed: bool, what: str,
-                      worst: WorstError | None = None, where: str = ""):
+    def _checked_call(self, target: Replicas, inputs, expected, pristine, timed: bool, what: str,
+                      worst: WorstError | None = None, where: str = "", process: int = 0):
         """(sample, None) when the outputs pass (their errors go to ``worst``, at ``where``);
         (sample, CheckResult) when they do not; (None, Failure) when the call produced none."""
-        reply = target.request(protocol.Call(inputs, timed, self.options.cuda_graph and timed), what)
+        reply = target.request(protocol.Call(inputs, timed, self.options.cuda_graph and timed), what, process)
         if isinstance(reply, Failure):
             return None, reply
         check = self._verdict(reply, expected, inputs, pristine)
@@ -136,12 +156,12 @@ class Runner:
         return reply.sample, (None if check.passed else check)
 
     # -- one case ---------------------------------------------------------------------
-    def run_case(self, case: Case, sub: Target, base: Target | None) -> dict:
+    def run_case(self, case: Case, sub: Replicas, base: Replicas | None) -> dict:
         record = self._run_case(case, sub, base)
         record["flags"] += [f for f in sub.take_flags() if f not in record["flags"]]
         return record
 
-    def _run_case(self, case: Case, sub: Target, base: Target | None) -> dict:
+    def _run_case(self, case: Case, sub: Replicas, base: Replicas | None) -> dict:
         failure = sub.ensure_running()
         if failure:
             return case_record(case, failure.status, failure.reason)
@@ -155,11 +175,14 @@ class Runner:
             return case_record(case, verdict.status, verdict.reason, verdict)
         worst = WorstError()
         worst.add(verdict, "first call")
+        failure = sub.ensure_running(every=True)   # the other processes, loaded meanwhile
+        if failure:
+            return case_record(case, failure.status, failure.reason)
         base_failure = None
         base_status = None  # the baseline's Failure or CheckResult, when it did not pass
         # The baseline is waited for only once a submission passes a first call: a submission
         # that fails every case is rejected without paying for the baseline's start.
-        if base is not None and base.ensure_running():
+        if base is not None and base.ensure_running(every=True):
             note = f"baseline {base.label} unavailable: {base.load_failure.reason}"
             if note not in self.notes:
                 self.notes.append(note)  # the case still runs, without a speedup
@@ -178,12 +201,14 @@ class Runner:
         targets = [t for t in (base, sub) if t is not None]
         series = {id(t): _Series() for t in targets}
         for target in targets:
-            reply = target.request(protocol.Warmup(inputs, self.options.warmup_ms, 100, self.options.cuda_graph),
-                                   "warming up")
-            if isinstance(reply, Failure):
-                if target is sub:
-                    return case_record(case, reply.status, f"warm-up: {reply.reason}")
-                series[id(target)].failed = Failure(reply.status, reply.reason)
+            for process in range(len(target)):
+                reply = target.request(protocol.Warmup(inputs, self.options.warmup_ms, 100, self.options.cuda_graph),
+                                       "warming up", process)
+                if isinstance(reply, Failure):
+                    if target is sub:
+                        return case_record(case, reply.status, f"warm-up: {reply.reason}")
+                    series[id(target)].failed = Failure(reply.status, reply.reason)
+                    break
         del inputs, expected, pristine
 
         failed = self._timed_rounds(case, targets, series, sub, worst)
@@ -194,22 +219,25 @@ class Runner:
     def _timed_rounds(self, case, targets, series, sub, worst: WorstError) -> dict | None:
         """Fresh inputs per round, one timed call per target on them, until every target's
         stop rule is met. Returns the submission's failure record, or None."""
-        stop = self.options.stop
+        stop = self.stop
         start = time.perf_counter()
         index = 0
         while any(series[id(t)].active for t in targets):
             index += 1
             inputs, expected, pristine = self._make(case, index)
-            order = targets if index % 2 else targets[::-1]   # drift and order effects hit both
+            # Round after round through the processes; who goes first flips each time round,
+            # so drift and order effects hit both targets and every process.
+            process = (index - 1) % self.processes
+            order = targets if (index - 1) // self.processes % 2 == 0 else targets[::-1]
             for target in order:
                 s = series[id(target)]
                 if not s.active:
                     continue
                 where = f"timed call {len(s.device) + 1} (seed {self._params(case, index)['seed']})"
                 sample, bad = self._checked_call(target, inputs, expected, pristine, True, "timing",
-                                                 worst if target is sub else None, where)
+                                                 worst if target is sub else None, where, process)
                 if bad is None or not (isinstance(bad, Failure) or target.strict):
-                    s.add(sample)  # a trusted baseline missing the tolerance is still timed
+                    s.add(sample, process)  # a trusted baseline missing the tolerance is still timed
                     continue
                 if isinstance(bad, Failure):
                     reason, check = f"timed call: {bad.reason}", None
@@ -230,12 +258,14 @@ class Runner:
         sub_series = series[id(sub)]
         device, settle = timing.summarize(sub_series.device), timing.summarize(sub_series.settle)
         host = timing.summarize(sub_series.host)
-        latency, flags, notes = device, [], []
+        pooled = sub_series.pooled(sub_series.device, self.processes)
+        latency, flags, notes = pooled.summary, [], []
         if self.options.device == "cuda":
             hidden = detectors.hidden_work(device, settle, timing.summarize(sub_series.floor).median)
             if hidden:
                 flags.append(hidden)
-                latency = settle
+                pooled = sub_series.pooled(sub_series.settle, self.processes)
+                latency = pooled.summary
             note = detectors.host_in_window(sub_series.held, len(sub_series.device))
             if note:
                 notes.append(note)
@@ -243,7 +273,8 @@ class Runner:
         if b is not None and b.failed:
             base_failure, base_status = f"baseline {base.label} {b.failed.status}: {b.failed.reason}", b.failed
             b = None
-        base_summary = timing.summarize(b.device) if b is not None and b.device else None
+        base_pooled = b.pooled(b.device, self.processes) if b is not None and b.device else None
+        base_summary = base_pooled.summary if base_pooled else None
         record = case_record(case, "passed", "", worst.result(), latency=latency, host=host,
                              baseline=base.label if base_summary else None,
                              baseline_latency=base_summary, flags=flags, notes=notes,
@@ -252,8 +283,11 @@ class Runner:
                              error_at=worst.at)
         # The gate each target's calls waited behind (median, ms): how long its host enqueue took.
         record["gate_ms"] = round(timing.summarize(sub_series.gate).median, 3)
+        # Each process's own median (ms): how far apart the processes were.
+        record["latency_by_process_ms"] = [round(p.median, 6) for p in pooled.per_process]
         if base_summary:
             record["baseline_gate_ms"] = round(timing.summarize(b.gate).median, 3)
+            record["baseline_by_process_ms"] = [round(p.median, 6) for p in base_pooled.per_process]
         return record
 
     # -- the whole run ------------------------------------------------------------------
@@ -268,7 +302,7 @@ class Runner:
         path = submission_file(self.task, submission)
         flush = timing.flush_bytes(options.device)
         base = self._baseline_target(flush)
-        sub = Target(str(submission), self.task, path, options, flush)
+        sub = self._replicas(str(submission), path, flush)
         setup_cases = [self._params(c) for c in cases]
         watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
         before = fingerprint(watched)
@@ -309,12 +343,12 @@ class Runner:
         return run_record(self.task, suite, options, str(submission), calibration, records, self.notes, fatal,
                           wall={"total_s": round(time.perf_counter() - began, 2), "startup": startup})
 
-    def _baseline_target(self, flush: int) -> Target | None:
+    def _baseline_target(self, flush: int) -> Replicas | None:
         if self.options.baseline == "none":
             return None
         if self.options.baseline_path is not None:  # kbench compare: another submission as "baseline"
             path = submission_file(self.task, self.options.baseline_path)
-            return Target(str(self.options.baseline_path), self.task, path, self.options, flush)
+            return self._replicas(str(self.options.baseline_path), path, flush)
         available = self.task.baselines(self.options.device)
         if self.options.baseline is not None:
             if self.options.baseline not in TASK.get(self.module, "BASELINES"):
@@ -328,7 +362,11 @@ class Runner:
             name = next(iter(available))
         else:
             return None
-        return Target(name, self.task, available[name], self.options, flush, strict=False)
+        return self._replicas(name, available[name], flush, strict=False)
+
+    def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:
+        return Replicas([Target(label, self.task, path, self.options, flush, strict)
+                         for _ in range(self.processes)])
 
 
 def evaluate(task: Task, submission: Path, options: Options) -> dict:

@@ -114,3 +114,61 @@ class Target:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.cleanup()
+
+
+class Replicas:
+    """One submission or baseline timed in several worker processes (``--processes``): each
+    process has a fixed offset of its own (launch gaps, ~1% on the H100), which only more
+    processes average out. The first checked call goes to the first process; timed calls go
+    round the processes."""
+
+    def __init__(self, members: list[Target]):
+        self.members = members
+        self.label = members[0].label
+        self.strict = members[0].strict
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def load_failure(self) -> Failure | None:
+        return next((m.load_failure for m in self.members if m.load_failure), None)
+
+    @property
+    def startup(self) -> dict:
+        """Each process's start-up seconds: the slowest, since they start together."""
+        keys = {k for m in self.members for k in m.startup}
+        return {k: max(m.startup.get(k, 0.0) for m in self.members) for k in sorted(keys)}
+
+    def start(self, setup_cases: list[dict]) -> None:
+        for m in self.members:
+            m.start(setup_cases)
+
+    def ready(self) -> Failure | None:
+        """Wait for the first process (the one that takes the first checked call)."""
+        return self.members[0].ready()
+
+    def ensure_running(self, every: bool = False) -> Failure | None:
+        """The first process (``every``: all of them) running, or the load failure."""
+        for m in self.members if every else self.members[:1]:
+            failure = m.ensure_running()
+            if failure:
+                return failure
+        return None
+
+    def request(self, message, what: str, process: int = 0):
+        return self.members[process].request(message, what)
+
+    def take_flags(self) -> list[str]:
+        out = []
+        for m in self.members:
+            out += [f for f in m.take_flags() if f not in out]
+        return out
+
+    def ask_to_stop(self) -> None:
+        for m in self.members:
+            m.ask_to_stop()
+
+    def close(self) -> None:
+        for m in self.members:
+            m.close()

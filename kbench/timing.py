@@ -81,6 +81,55 @@ def summarize(samples: list[float]) -> Summary:
     return Summary(n, harrell_davis_median(xs), quantile(xs, 0.25), quantile(xs, 0.75), xs[lo], xs[hi])
 
 
+# How far one target's median moves between two worker processes on the same card, beyond
+# what either process's samples show: fixed per process (launch gaps, docs/measurement.md "Per-
+# process launch gaps"): ~1% (sd) for a one-launch kernel of a few microseconds on the H100, with
+# an absolute part for the shortest ones. A figure from K processes carries it divided by K.
+PROCESS_REL = 0.01
+PROCESS_ABS_MS = 0.1e-3
+
+
+def process_floor(median_ms: float) -> float:
+    """The relative between-process spread (sd) a single process cannot show."""
+    return max(PROCESS_REL, PROCESS_ABS_MS / median_ms) if median_ms > 0 else PROCESS_REL
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One target's figure from K worker processes: the mean of the processes' medians, with
+    an interval that includes the spread between processes."""
+
+    summary: Summary              # median = mean of the per-process medians; ci and noise: see pool()
+    per_process: tuple            # each process's Summary, in process order
+
+
+def pool(groups: list[list[float]]) -> Pooled:
+    """The figure of one target timed in ``len(groups)`` processes (samples per process).
+
+    Median: the mean of the processes' Harrell-Davis medians (a process's fixed offset counts
+    1/K whatever its number of samples). Its variance is the larger of
+    - what the processes' medians show: their sample variance / K (needs K >= 2), and
+    - each process's own sampling error (from its 95% interval) / K^2, plus the spread between
+      processes that one process cannot show (``process_floor``)^2 / K,
+    so two processes that disagree widen the interval instead of being averaged into a
+    precise-looking figure. Quartiles are over all samples."""
+    parts = [summarize(g) for g in groups if g]
+    every = sorted(x for g in groups for x in g)
+    if not parts:
+        return Pooled(summarize([]), ())
+    k = len(parts)
+    mean = sum(p.median for p in parts) / k
+    if mean <= 0 or not math.isfinite(mean):
+        return Pooled(summarize(every), tuple(parts))
+    within = sum(((p.ci_high - p.ci_low) / (2 * 1.96)) ** 2 for p in parts) / k**2
+    var = within + (process_floor(mean) * mean) ** 2 / k
+    if k >= 2:
+        var = max(var, sum((p.median - mean) ** 2 for p in parts) / (k - 1) / k)
+    half = 1.96 * math.sqrt(var)
+    summary = Summary(len(every), mean, quantile(every, 0.25), quantile(every, 0.75), mean - half, mean + half)
+    return Pooled(summary, tuple(parts))
+
+
 def _interval_ranks(n: int) -> tuple[int, int]:
     """Order statistics bracketing the median with >= 95% coverage (binomial, normal approx.)."""
     half = 1.96 * math.sqrt(n) / 2

@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli import cli
-from kbench.compare import (compare_cases, compare_interleaved, compare_runs, effective_noise, ratio_interval,
+from kbench.timing import pool
+from kbench.compare import (compare_cases, compare_interleaved, compare_runs, ratio_interval,
                             regressed, verdict)
 from kbench.errors import KbenchError
 from tests.helpers import FIXTURES, ROOT
@@ -37,10 +38,15 @@ def test_a_1_percent_difference_inside_the_noise_is_not_called_faster():
 
 
 def test_a_difference_below_the_protocols_reproducibility_is_never_a_verdict():
-    # Tight samples on both sides, but a 1% (or, for a 4 us kernel, 0.1 us) move is what the
-    # same code shows between two runs on the same card: not FASTER, not SLOWER.
+    # Tight samples on both sides (each from two processes that agree), but a 1% (or, for a
+    # 4 us kernel, 0.1 us) move is what the same code shows between worker processes on the
+    # same card: the figures' own intervals carry it, so neither FASTER nor SLOWER.
     for a, b in ((10.0, 9.9), (0.0044, 0.0043)):
-        out = compare_cases([("c", ("passed", a, 0.0001), ("passed", b, 0.0001))])
+        sides = []
+        for ms in (a, b):
+            fig = pool([[ms * (1 + 1e-5 * i) for i in range(40)]] * 2).summary
+            sides.append(("passed", fig.median, fig.noise))
+        out = compare_cases([("c", *sides)])
         assert out["rows"][0]["verdict"] == "UNSURE", (a, b, out["rows"][0])
 
 
@@ -75,7 +81,7 @@ def test_regressed_needs_significance_beyond_the_threshold():
 
 def _saved(tmp_path, name, ms, noise=0.001, status="passed", meaningful=True):
     run = {"task": "qknorm", "suite": "quick", "device": {"name": "H100"},
-           "timing": {"mode": "cuda-events", "meaningful": meaningful},
+           "timing": {"mode": "cuda-events", "meaningful": meaningful, "processes": 2},
            "cases": [{"case": f"c{i}", "params": {"batch": i}, "status": status,
                       "latency_ms": m if status == "passed" else None, "noise": noise}
                      for i, m in enumerate(ms)]}
@@ -90,8 +96,8 @@ def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
     result = CliRunner().invoke(cli, ["compare", str(a), str(b)])
     assert result.exit_code == 0
     row = next(l for l in result.output.splitlines() if l.startswith("c0 "))
-    # the interval: each median's 0.1% noise plus the 1% reproducibility floor per side
-    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.070-1.131", "SLOWER"]
+    # the interval: each median's 0.1% noise (which holds the spread between its processes)
+    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.097-1.103", "SLOWER"]
     assert "B/A geomean time 1.100" in result.output and "SLOWER" in result.output
     result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
     assert result.exit_code == 1 and "regression: geomean 1.100x" in result.output
@@ -116,6 +122,30 @@ def test_saved_runs_are_not_divided_by_their_baselines_unless_asked(tmp_path):
     del runs[1]["cases"][0]["baseline_latency_ms"]
     with pytest.raises(KbenchError, match="--normalize needs the same baseline"):
         compare_runs(*runs, normalize=True)
+
+
+def test_a_geomean_carries_the_offset_a_process_gives_all_its_cases(tmp_path):
+    # Twenty cases, each 1.5% slower in B with a tight interval of its own: a per-case average
+    # would shrink the uncertainty by sqrt(20), but a worker process's offset moves every case
+    # at once (~1% per process on the H100), so the geomean is not called SLOWER on that.
+    a = _saved(tmp_path, "a", [0.010] * 20)
+    b = _saved(tmp_path, "b", [0.01015] * 20)
+    s = compare_runs(json.loads(a.read_text()), json.loads(b.read_text()))["summary"]
+    assert s["geomean_ratio"] == 1.015 and s["geomean_ratio_ci95"][0] < 1.0 < s["geomean_ratio_ci95"][1]
+    # one process per side: the shared part is sqrt(2) larger
+    one = json.loads(b.read_text())
+    one["timing"]["processes"] = 1
+    wider = compare_runs(json.loads(a.read_text()), one)["summary"]
+    assert wider["geomean_log_se"] > s["geomean_log_se"]
+
+
+def test_a_result_saved_without_the_processes_spread_is_refused(tmp_path):
+    a = _saved(tmp_path, "a", [0.010])
+    old = json.loads(a.read_text())
+    del old["timing"]["processes"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    result = CliRunner().invoke(cli, ["compare", str(a), str(tmp_path / "old.json")])
+    assert result.exit_code == 2 and "saved by an older kbench" in result.output
 
 
 def test_cli_compare_rejects_mismatched_results(tmp_path):
@@ -181,7 +211,7 @@ def test_twenty_cases_do_not_raise_twenty_chances_of_a_false_alarm():
     rng = random.Random(12)
     fired = per_case = 0
     trials = 400
-    spread = effective_noise(0.010, 0.002)  # what each median's interval assumes, drawn as such
+    spread = 0.002  # what each median's interval says, drawn as such
     for _ in range(trials):
         pairs = []
         for i in range(20):
@@ -195,13 +225,14 @@ def test_twenty_cases_do_not_raise_twenty_chances_of_a_false_alarm():
 
 
 def test_one_slow_case_of_twenty_needs_evidence_beyond_the_family():
-    rows = [(f"c{i}", ("passed", 10.0, 0.001), ("passed", 10.0, 0.001)) for i in range(19)]
-    # 5% slower: its own 95% interval clears 1.03 (a per-case rule fires) but not by a margin
+    # 1% noise per side: a figure of a few microseconds from one process
+    rows = [(f"c{i}", ("passed", 10.0, 0.01), ("passed", 10.0, 0.01)) for i in range(19)]
+    # 6% slower: its own 95% interval clears 1.03 (a per-case rule fires) but not by a margin
     # that survives 21 comparisons
-    marginal = compare_cases(rows + [("slow", ("passed", 10.0, 0.001), ("passed", 10.6, 0.001))])
+    marginal = compare_cases(rows + [("slow", ("passed", 10.0, 0.01), ("passed", 10.6, 0.01))])
     assert marginal["rows"][-1]["ratio_ci95"][0] > 1.03
     assert regressed(marginal, 3.0) == []
-    clear = compare_cases(rows + [("slow", ("passed", 10.0, 0.001), ("passed", 13.0, 0.001))])
+    clear = compare_cases(rows + [("slow", ("passed", 10.0, 0.01), ("passed", 13.0, 0.01))])
     assert regressed(clear, 3.0)[0].startswith("slow: 1.300x the time of A, p=")
 
 

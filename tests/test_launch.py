@@ -67,3 +67,12 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
     spare_workers.keep_warm(2)   # one alive: one more
     spare_workers.keep_warm(1)   # enough
     assert started == [2, 1, 0]
+
+
+def test_a_gpu_run_starts_every_process_of_every_target_first():
+    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda"]) == 4
+    assert _workers_needed(["eval", "submissions/qknorm", "--device=cuda", "--processes", "3"]) == 6
+    assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
+    assert _workers_needed(["eval", "x", "--device", "cuda", "--baseline", "none", "--processes", "4"]) == 4
+    # CPU mode times every target in one process, whatever --processes says
+    assert _workers_needed(["eval", "x", "--device", "cpu", "--processes", "4"]) == 2

@@ -1,0 +1,64 @@
+"""Every target timed in several worker processes: the figure is the mean of their medians and
+its interval includes how far apart they are (kbench/timing.py ``pool``, docs/measurement.md)."""
+import pytest
+
+from helpers import FIXTURES, cpu_options
+from kbench.compare import compare_cases
+from kbench.runner import Runner
+from kbench.tasks import get_task
+from kbench.timing import PROCESS_REL, StopRule, pool
+from kbench.worker_process import WorkerProcess
+
+
+def _process(median_us: float, n: int = 50, spread: float = 0.002) -> list[float]:
+    """``n`` samples around ``median_us`` (ms), evenly spread by +-``spread``."""
+    return [median_us * 1e-3 * (1 + spread * (2 * i / (n - 1) - 1)) for i in range(n)]
+
+
+def test_processes_that_agree_give_their_mean_and_the_floor_they_cannot_show():
+    fig = pool([_process(62.0), _process(62.4)]).summary
+    assert fig.median == pytest.approx(62.2e-3, rel=1e-3)
+    # tight samples, close medians: the interval is the between-process floor over sqrt(2)
+    assert fig.noise == pytest.approx(PROCESS_REL / 2**0.5, rel=0.1)
+    assert fig.n == 100
+
+
+def test_one_process_carries_the_whole_floor():
+    fig = pool([_process(62.0)]).summary
+    assert fig.noise == pytest.approx(PROCESS_REL, rel=0.1)
+    # a kernel of a few microseconds: 0.1 us between processes is more than 1%
+    assert pool([_process(6.20)]).summary.noise == pytest.approx(0.1 / 6.2, rel=0.1)
+
+
+def test_processes_that_disagree_widen_the_interval_to_cover_both():
+    # the H100 case: one worker of a pair sat 6% above the other (6.65 against 6.27 us)
+    low, high = _process(6.27), _process(6.65)
+    fig = pool([low, high]).summary
+    assert fig.median == pytest.approx(6.46e-3, rel=1e-3)
+    assert fig.ci_low < 6.27e-3 and fig.ci_high > 6.65e-3
+
+
+def test_identical_code_with_one_process_off_is_not_called_faster():
+    # A: both processes at 6.27 us; B: the same code, one of its processes 6% off. Each process
+    # alone would read 6.65 against 6.27 with tight intervals (FASTER/SLOWER by 6%).
+    a = pool([_process(6.27), _process(6.28)]).summary
+    b = pool([_process(6.27), _process(6.65)]).summary
+    row = compare_cases([("c", ("passed", a.median, a.noise), ("passed", b.median, b.noise))])["rows"][0]
+    assert row["verdict"] == "UNSURE"
+    one_each = compare_cases([("c", ("passed", 6.27e-3, 0.002), ("passed", 6.65e-3, 0.002))])["rows"][0]
+    assert one_each["verdict"] == "SLOWER"   # what a figure from single processes would claim
+
+
+def test_a_run_times_every_target_round_the_processes(monkeypatch):
+    starts = []
+    real_start = WorkerProcess.start
+    monkeypatch.setattr(WorkerProcess, "start", lambda self: (starts.append(1), real_start(self))[1])
+    options = cpu_options(processes=2, only=("b1_q4_kv4_d128_bf16",), warmup_ms=1.0,
+                          stop=StopRule(noise=0.5, min_samples=2, max_samples=6, budget_s=0.5))
+    run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
+    case = run["cases"][0]
+    assert case["status"] == "passed", case["reason"]
+    assert len(starts) == 2 and run["timing"]["processes"] == 2
+    # at least three timed calls in each process before the target may stop
+    assert case["samples"] == 6 and len(case["latency_by_process_ms"]) == 2
+    assert case["latency_ms"] == pytest.approx(sum(case["latency_by_process_ms"]) / 2, rel=1e-4)
