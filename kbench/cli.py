@@ -42,11 +42,19 @@ def list_tasks(wide):
     Example:
         kbench list
     """
-    rows = []
+    rows, broken = [], []
     for name, task in all_tasks().items():
-        suites = ", ".join(f"{s.name} ({len(s.cases)})" for s in task.suites.values())
-        rows.append([name, suites, task.description])
+        try:
+            suites = ", ".join(f"{s.name} ({len(s.cases)})" for s in task.suites.values())
+            rows.append([name, suites, task.description])
+        except KbenchError as exc:   # one broken task folder: the others are still listed
+            rows.append([name, "-", "cannot be loaded (below)"])
+            broken.append(f"task {name}: {exc}")
     _echo_table(["task", "suites (cases)", "description"], rows, wide, wrap=("suites (cases)", "description"))
+    for line in broken:
+        notice(line)
+    if broken:
+        sys.exit(1)
 
 
 @cli.command()

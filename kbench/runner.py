@@ -297,6 +297,8 @@ class Runner:
         if options.device not in suite.devices:
             raise KbenchError(f"suite {suite.name!r} of {self.task.name} needs "
                               f"{' or '.join(suite.devices)}; this run is on {options.device}")
+        if options.device == "cpu":
+            _check_socket_paths()
         from .suites import select_cases
         cases = select_cases(suite, options.only)
         path = submission_file(self.task, submission)
@@ -367,6 +369,22 @@ class Runner:
     def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:
         return Replicas([Target(label, self.task, path, self.options, flush, strict)
                          for _ in range(self.processes)])
+
+
+# CPU tensors cross between processes as file descriptors sent over a Unix socket, which
+# multiprocessing makes in <temp>/kbench-worker-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX;
+# such a path ends at 107 bytes.
+_SOCKET_PATH_EXTRA = len("/kbench-worker-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def _check_socket_paths() -> None:
+    import tempfile
+
+    temp = tempfile.gettempdir()
+    if len(temp.encode()) + _SOCKET_PATH_EXTRA > 107:
+        raise KbenchError(f"the temporary folder's path is too long for the sockets CPU mode passes "
+                          f"tensors through ({len(temp.encode())} bytes, at most {107 - _SOCKET_PATH_EXTRA}): "
+                          f"set TMPDIR to a shorter folder")
 
 
 def evaluate(task: Task, submission: Path, options: Options) -> dict:

@@ -207,3 +207,33 @@ def test_progress_on_a_pipe_is_a_line_at_most_every_interval(monkeypatch):
     for now[0], text in ((0, "[1/4] a"), (4, "[2/4] b"), (11, "[3/4] c"), (15, "[4/4] d")):
         progress(text)
     assert printed == ["kbench: first notice", "kbench: [3/4] c"]
+
+
+def test_list_names_a_broken_task_in_one_line_and_still_lists_the_others(tmp_path, monkeypatch):
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "broken.toml").write_text("this is = = not toml\n")
+    code = tmp_path / "reference" / "broken"
+    code.mkdir(parents=True)
+    (code / "task.py").write_text("")
+    (code / "contract.py").write_text("")
+    monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
+    result = CliRunner().invoke(cli, ["list"])
+    assert result.exit_code == 1
+    assert "qknorm" in result.stdout and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines() == [
+        f"kbench: task broken: {tmp_path / 'cases' / 'broken.toml'}: not valid TOML "
+        "(Expected '=' after a key in a key/value pair (at line 1, column 6))"]
+
+
+def test_a_temp_folder_too_long_for_cpu_modes_sockets_is_one_line_before_any_case(tmp_path, monkeypatch):
+    # CPU tensors cross processes over Unix sockets made under TMPDIR; at 108 bytes such a
+    # path fails, and every case used to crash with "AF_UNIX path too long".
+    long_dir = tmp_path / ("x" * 60)
+    long_dir.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long_dir))
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(cli, ["eval", "submissions/qknorm", "--device", "cpu"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "Error: the temporary folder's path is too long for the sockets CPU mode passes tensors through")
+    assert "set TMPDIR to a shorter folder" in result.stderr
