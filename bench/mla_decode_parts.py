@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own)
-SWEEP = [(64, 64, 1, 8, 1, False), (64, 64, 1, 8, 1, True), (64, 64, 1, 8, 2, True), (64, 32, 1, 8, 3, True),
-         (64, 32, 1, 8, 2, True), (64, 128, 1, 8, 1, True)]
+SWEEP = [(64, 64, 1, 8, 1, False), (64, 64, 1, 8, 2, True), (64, 64, 1, 8, 3, True), (64, 64, 2, 8, 1, True),
+         (64, 64, 2, 8, 2, True), (64, 32, 2, 8, 3, True), (64, 64, 2, 4, 2, True)]
 KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass")
 
 
@@ -107,17 +107,31 @@ def main() -> int:
             default = dict(kernel.CONFIG)
             attention = steps(kernel, inputs, contract.prepare)["attention kernel"]
             print(f"attention kernel by {KEYS}:", flush=True)
+            launched = {}
+            jit = kernel._mla_attn_kernel
+
+            class Spy:  # keeps the compiled kernel of the last launch: registers, spills, wgmma or not
+                def __getitem__(self, grid):
+                    def launch(*a, **k):
+                        launched["h"] = jit[grid](*a, **k)
+                        return launched["h"]
+                    return launch
+            kernel._mla_attn_kernel = Spy()
             for config in SWEEP:
                 kernel.CONFIG.update(zip(KEYS, config))
                 try:
                     verdict = module.check(contract.call(entry, contract.prepare(inputs)), expected, inputs)
                     us = median_ms(timer, attention[1], attention[0], args.calls) * 1e3 if verdict.passed else None
-                    print(f"  {config}: {verdict.status}" + (f", {us:.1f} us" if us else f": {verdict.reason}"),
+                    h = launched.get("h")
+                    info = (f" ({h.n_regs} registers, {h.n_spills} spilled, "
+                            f"{'wgmma' if 'wgmma' in h.asm.get('ptx', '') else 'no wgmma'})") if h is not None else ""
+                    print(f"  {config}: {verdict.status}" + (f", {us:.1f} us" if us else f": {verdict.reason}") + info,
                           flush=True)
                 except Exception as exc:  # noqa: BLE001 - a config the card cannot run (shared memory)
                     print(f"  {config}: error {type(exc).__name__}: {str(exc).splitlines()[0][:120]}", flush=True)
             kernel.CONFIG.clear()
             kernel.CONFIG.update(default)
+            kernel._mla_attn_kernel = jit
     return 0
 
 

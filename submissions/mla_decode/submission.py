@@ -200,8 +200,11 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
     tl.store(o_ptr + b * s_o_b + h * s_o_h + offs_r, _bf16(out).to(tl.bfloat16))
 
 
-# Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md).
-CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 1, "rope_pass": False}
+# Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md). With the
+# keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
+# pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
+# and could not take a second stage (1215 us).
+CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True}
 _THETA: dict = {}
 
 
@@ -217,10 +220,14 @@ def _block_h(n_heads: int) -> int:
 
 def context_splits(bs: int, n_heads: int, kv_len: int, device) -> tuple[int, int]:
     """(splits, tiles per split) of each sequence's context: enough programs to fill the
-    SMs when the batch alone cannot, at least 4 tiles each, at most 16 splits."""
+    SMs when the batch alone cannot (it fills less than 7/8 of them), at least 4 tiles each,
+    at most 16 splits."""
     groups = triton.cdiv(n_heads, _block_h(n_heads))
     tiles = triton.cdiv(kv_len, CONFIG["block_n"])
-    splits = max(1, min(triton.cdiv(_n_sms(device), bs * groups), triton.cdiv(tiles, 4), 16))
+    n_sms = _n_sms(device)
+    if 8 * bs * groups >= 7 * n_sms:  # e.g. 128 programs on 132 SMs: a split would add a wave and the merge
+        return 1, tiles
+    splits = max(1, min(triton.cdiv(n_sms, bs * groups), triton.cdiv(tiles, 4), 16))
     tiles_per_split = triton.cdiv(tiles, splits)
     return triton.cdiv(tiles, tiles_per_split), tiles_per_split
 
