@@ -6,10 +6,14 @@ cache as multi-query attention with all query heads sharing each cache row:
   o[h]     = softmax(q_lat[h].c + rope(q_pe[h]).rope(k_pe)) @ c     (Triton, below)
   y        = concat_h(o[h] @ W_uv[h]^T) @ wo^T                       (cuBLAS)
 The Triton kernel loads each cache tile once for a block of 64 heads of a sequence,
-rotates q's and the keys' RoPE part in registers with the original's bf16 roundings
-(angle = bf16(bf16(pos) * theta), cos/sin rounded to bf16, each product and the sum
-rounded to bf16), splits the context across programs when the batch is too small to
-fill the GPU, and a small kernel merges the splits.
+splits the context across programs when the batch is too small to fill the GPU, and a
+small kernel merges the splits. RoPE follows the original's bf16 roundings (angle =
+bf16(bf16(pos) * theta), cos/sin rounded to bf16, each product and the sum rounded to
+bf16): q's in the attention kernel, the keys' once per cache row and call by a small pass
+(`_rope_keys_kernel`) into a (bs, kv_len, rope) buffer, which keeps the attention kernel
+under the register file without spilling and lets it pipeline two cache tiles. Every
+rounding to bf16 is to nearest even, in Triton's interpreter too (`_bf16_bits`: its own
+conversion truncates).
 
 No weight-derived tensor is cached between calls: absorbing at the activation level
 costs two small bmm's per call (about 4 GFLOP, 33 MB of weights read once), so there
