@@ -316,6 +316,23 @@ def test_rope_pass_gives_the_same_attention_in_the_interpreter():
     assert _run_interpreted(ROPE_PASS_SAME).split() == ["True"]
 
 
+SPLITS_ON_AN_H100 = f"""
+import importlib.util, torch
+s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
+sol = importlib.util.module_from_spec(s); s.loader.exec_module(sol)
+sol._n_sms = lambda device: 132
+for block_h, bs, kv_len in ((64, 128, 6145), (128, 128, 6145), (128, 100, 6145), (64, 16, 6145), (64, 1, 8192)):
+    sol.CONFIG["block_h"] = block_h
+    print(sol.context_splits(bs, 128, kv_len, torch.device("cpu"))[0])
+"""
+
+
+def test_context_splits_only_when_the_batch_leaves_sms_idle():
+    # 132 SMs: 256 or 128 programs fill them (a split would add a wave and the merge's fp32
+    # partials), 100 programs leave a quarter idle, small batches split up to 16 ways.
+    assert [int(n) for n in _run_interpreted(SPLITS_ON_AN_H100).split()] == [1, 1, 2, 5, 16]
+
+
 # ---------------------------------------------------------------- GPU
 
 def original_recipe(batchsize, dim, dq, prefill, seed):
