@@ -372,9 +372,9 @@ class Runner:
 
 
 # CPU tensors cross between processes as file descriptors sent over a Unix socket, which
-# multiprocessing makes in <temp>/kbench-worker-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX;
-# such a path ends at 107 bytes.
-_SOCKET_PATH_EXTRA = len("/kbench-worker-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX")
+# multiprocessing makes in the worker's temp folder: <temp>/kbench-worker-<8>/pymp-<8>/listener-<8>
+# (each <8> a random 8-character name); such a path ends at 107 bytes.
+_SOCKET_PATH_EXTRA = sum(len(part) + 8 for part in ("/kbench-worker-", "/pymp-", "/listener-"))
 
 
 def _check_socket_paths() -> None:
