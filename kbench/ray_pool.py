@@ -58,6 +58,7 @@ def run_shipped(task_name: str, name: str, files: dict[str, bytes], single_file:
     from .unit import calibration, run_unit
 
     root = tempfile.mkdtemp(prefix="kbench-ray-")
+    saved, tempfile.tempdir = tempfile.tempdir, root   # the unit's workers' folders too: one to remove
     try:
         folder = Path(root) / name
         for rel, data in files.items():
@@ -67,6 +68,7 @@ def run_shipped(task_name: str, name: str, files: dict[str, bytes], single_file:
         meta = run_unit(task_name, Path(root) / name if single_file else folder, cases, spec)
         return {"card": calibration(spec["device"]), "node": os.uname().nodename, **meta}
     finally:
+        tempfile.tempdir = saved
         shutil.rmtree(root, ignore_errors=True)
 
 
