@@ -10,17 +10,17 @@ from pathlib import Path
 
 
 def main(folder: Path, commit: str) -> None:
-    one = json.loads((folder / "one_gpu.json").read_text())["runs"]
-    two = json.loads((folder / "two_gpus.json").read_text())["runs"]
-    wall1 = float((folder / "one_gpu.wall").read_text())
-    wall2 = float((folder / "two_gpus.wall").read_text())
+    one = json.loads((folder / "plain.json").read_text())["runs"]
+    two = json.loads((folder / "scaled.json").read_text())["runs"]
+    wall1 = float((folder / "plain.wall").read_text())
+    wall2 = float((folder / "scaled.wall").read_text())
     cards = (folder / "gpus.txt").read_text().strip().replace("\n", "; ")
     print(f"commit {commit}; cards: {cards}")
-    print(f"one GPU (plain run): {wall1:.1f} s, {3600 * len(one) / wall1:.0f} submissions/hour")
-    print(f"two GPUs (--gpus all): {wall2:.1f} s, {3600 * len(two) / wall2:.0f} submissions/hour; "
-          f"ratio {wall2 / wall1:.2f} (target <= 0.60)")
+    print(f"plain run (one GPU): {wall1:.1f} s, {3600 * len(one) / wall1:.0f} submissions/hour")
+    print(f"--gpus run: {wall2:.1f} s, {3600 * len(two) / wall2:.0f} submissions/hour; "
+          f"ratio {wall2 / wall1:.2f} (target <= 0.60 on 2 GPUs)")
     agree = total = 0
-    print(f"{'submission':42} {'case':22} {'1 GPU us [95%]':>24} {'2 GPUs us [95%] gpu':>32} agree")
+    print(f"{'submission':42} {'case':22} {'plain us [95%]':>24} {'--gpus us [95%] gpu':>32} agree")
     for a, b in zip(one, two):
         assert a["submission"] == b["submission"]
         print(f"  {a['submission']}: statuses same: "
