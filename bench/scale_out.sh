@@ -25,7 +25,7 @@ timed warmup $KB eval submissions/qknorm --suite quick --case kv8_q32_d128_b1
 timed plain  $KB eval $SUBS --suite quick --json "$W/plain.json"
 timed scaled $KB eval $SUBS --suite quick --gpus "$GPUS" --json "$W/scaled.json"
 if [ "$SECONDS" -gt 280 ]; then echo "no time left for the fault run"; else
-  # Fault: the last child killed 12 s after it started (mid-unit).
+  # Fault: the last child killed mid-unit.
   FAULT_SUBS="submissions/qknorm tests/fixtures/qknorm/good_torch"
   [ "$GPUS" = 1 ] && FAULT_SUBS="submissions/qknorm"
   ( $KB eval $FAULT_SUBS --suite quick --gpus "$GPUS" --json "$W/fault.json" > "$W/fault.log" 2>&1
@@ -34,7 +34,9 @@ if [ "$SECONDS" -gt 280 ]; then echo "no time left for the fault run"; else
   for _ in $(seq 600); do
     kpid=$(pgrep -P "$runner" -f "kbench eval" | head -1)
     child=$( [ -n "$kpid" ] && pgrep -P "$kpid" -f "kbench.gpu_child cuda" | tail -1 )
-    [ -n "$child" ] && sleep 12 && kill -9 "$child" && echo "killed child $child 12 s after it started" && break
+    # mid-unit: once the child has its workers (its own children), 3 s into the unit
+    [ -n "$child" ] && [ -n "$(pgrep -P "$child" | head -1)" ] && sleep 3 && kill -9 "$child" \
+      && echo "killed child $child 3 s after its first worker started" && break
     sleep 0.2
   done
   wait "$runner"; echo "fault: $(tail -1 "$W/fault.log")"; tail -4 "$W/fault.log"

@@ -40,7 +40,8 @@ def main(folder: Path, commit: str) -> None:
     print(f"medians agreeing within their intervals: {agree}/{total}")
     fault = folder / "fault.json"
     if fault.exists():
-        runs = json.loads(fault.read_text())["runs"]
+        data = json.loads(fault.read_text())
+        runs = data.get("runs", [data])
         print("fault run: " + "; ".join(f"{r['submission']}: {r['summary']['passed']}/{r['summary']['total']} "
                                         f"passed, {r['summary'].get('lost', 0)} lost, notes: {r['notes']}"
                                         for r in runs))
