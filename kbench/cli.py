@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from .cli_common import (RUN_OPTIONS, Progress, UsageProblem, check_paths, detect, given, notice, options,
-                         resolve_device, run, run_options, wide_option, write)
-from .compare import compare_interleaved, compare_runs, load_result, regressed
+                         resolve_device, run, run_options, run_scaled, wide_option, write)
+from .compare import compare_interleaved, compare_runs, different_cards, load_result, regressed
 from .errors import KbenchError
 from .report import compare_report, markdown_report, text_report
 from .tables import hidden_note, lines, render
@@ -94,26 +94,42 @@ def show(task_name, suite, wide):
 @click.option("--baseline", help="Baseline to compare with (default: the task's first; 'none' to skip).")
 @click.option("--min-speedup", type=float,
               help="Fail (exit 1) below this geometric-mean speedup (not judged in CPU mode).")
-def eval_cmd(submissions, baseline, min_speedup, **kw):
+@click.option("--gpus", metavar="all|N|0,1",
+              help="Spread the cases of every submission over this host's GPUs (all, the first N, "
+                   "or these): one child process per GPU, each case's baseline and submission timed "
+                   "on the same GPU. Same output as a one-GPU run, each case naming its GPU.")
+@click.option("--ray", "ray_address", metavar="auto|ADDRESS",
+              help="The same work as Ray tasks (one GPU each; one CPU in CPU mode) on a cluster: auto "
+                   "finds one (RAY_ADDRESS, or the last started here) or starts one on this host. "
+                   'Needs pip install "kbench[ray]".')
+def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
     """Check a submission's outputs on every case of a suite and time it against the baseline.
 
     Exit code 0 when every case passed (and the geomean speedup is at least
-    --min-speedup), 1 when a case failed, was flagged or fell short, 2 on a usage error.
+    --min-speedup), 1 when a case failed, was flagged or fell short, 2 on a usage error,
+    3 when cases have no verdict because a GPU or a node was lost (not the submission's
+    failure; the missing cases are named).
 
     \b
     Example:
         kbench eval submissions/qknorm --suite quick --json runs/12.json --min-speedup 1.2
+        kbench eval submissions/qknorm my_kernel other_kernel --gpus all   # ranked, over every GPU
     """
     check_paths(submissions)
     progress = Progress(kw["quiet"])
     device = resolve_device(kw["device"], progress)
     runs = []
-    for path in submissions:
-        result = run(kw["task_name"], path, options(kw, device, progress, baseline=baseline))
+    if gpus is not None or ray_address is not None:
+        runs = run_scaled(kw["task_name"], submissions, options(kw, device, progress, baseline=baseline),
+                          gpus, ray_address)
+    for i, path in enumerate(submissions):
+        result = runs[i] if i < len(runs) else run(kw["task_name"], path, options(kw, device, progress,
+                                                                                 baseline=baseline))
         if len(submissions) > 1:
-            click.echo(f"\n== {path}" if runs else f"== {path}")
+            click.echo(f"\n== {path}" if i else f"== {path}")
         click.echo(text_report(result, wide=kw["wide"]))
-        runs.append(result)
+        if i >= len(runs):
+            runs.append(result)
     if len(runs) > 1:
         click.echo("\n" + ranking(runs, kw["wide"]))
     write(kw, runs[0] if len(runs) == 1 else {"runs": runs}, "\n".join(markdown_report(r) for r in runs))
@@ -157,6 +173,7 @@ def compare(a, b, fail_pct, normalize, **kw):
             if ignored:
                 notice(f"ignored with two saved results (nothing is run): {', '.join(ignored)}")
             result, task = compare_runs(saved_a, saved_b, normalize), saved_a["task"]
+            warn_cards(saved_a, saved_b)
         else:
             if not json_a and not json_b:
                 device = resolve_device(kw["device"], progress)
@@ -171,6 +188,7 @@ def compare(a, b, fail_pct, normalize, **kw):
                 device = resolve_device(kw["device"], progress)
                 fresh = run(saved["task"], folder, options(kw, device, progress, baseline="none"))
                 result = compare_runs(saved, fresh) if json_a else compare_runs(fresh, saved)
+                warn_cards(*((saved, fresh) if json_a else (fresh, saved)))
                 task = saved["task"]
     except KbenchError as exc:
         raise UsageProblem(str(exc)) from None
@@ -184,6 +202,12 @@ def compare(a, b, fail_pct, normalize, **kw):
     for reason in reasons:
         notice(f"regression: {reason}")
     sys.exit(1 if reasons else 0)
+
+
+def warn_cards(a: dict, b: dict) -> None:
+    warning = different_cards(a, b)
+    if warning:
+        notice(f"warning: {warning}")
 
 
 def _same_task(saved: dict, saved_path: Path, folder: Path, task_name: str | None) -> None:
@@ -207,7 +231,8 @@ def ranking(runs: list[dict], wide: bool = False) -> str:
     timed = all(r["timing"]["meaningful"] for r in runs)
     order = sorted(runs, key=lambda r: (-(r["summary"]["passed"] == r["summary"]["total"]),
                                         -((r["summary"]["geomean_speedup"] or 0) if timed else 0)))
-    rows = [[i + 1, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"]
+    rows = [[i + 1, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"
+             + (f" ({r['summary']['lost']} lost)" if r["summary"].get("lost") else "")]
             + ([] if not timed else ["-" if r["summary"]["geomean_speedup"] is None
                                      else f"{r['summary']['geomean_speedup']:.3f}x"])
             for i, r in enumerate(order)]
@@ -216,10 +241,19 @@ def ranking(runs: list[dict], wide: bool = False) -> str:
     return "\n".join([table] + ([hidden_note(hidden)] if hidden else []))
 
 
+EXIT_INCOMPLETE = 3   # cases lost with a GPU or node: no verdict, not the submission's failure
+
+
 def exit_code(run: dict, min_speedup: float | None) -> int:
     s = run["summary"]
-    if s["passed"] < s["total"] or s["flagged"] or s.get("fatal"):
+    lost = s.get("lost", 0)
+    if s["passed"] + lost < s["total"] or s["flagged"] or s.get("fatal"):
         return 1
+    if lost:
+        missing = [c["case"] for c in run["cases"] if c["status"] == "lost"]
+        notice(f"{run['submission']}: {lost} case{'s' if lost > 1 else ''} lost (infrastructure, "
+               f"no verdict): {', '.join(missing)}")
+        return EXIT_INCOMPLETE
     if min_speedup is not None:
         g = s["geomean_speedup"]
         if g is None or g < min_speedup:

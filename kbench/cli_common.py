@@ -13,7 +13,7 @@ from .errors import KbenchError
 from .launch import DEFAULT_PROCESSES
 from .runner import Options, evaluate
 from .suites import select_cases
-from .tasks import Task, detect_task, get_task
+from .tasks import Task, detect_task, get_task, submission_file
 from .timing import StopRule
 
 # CPU mode: timings are not meaningful there, a few calls are enough
@@ -164,6 +164,49 @@ def detect(path: Path) -> Task:
 
 def run(task_name: str | None, path: Path, opts: Options) -> dict:
     """Evaluate one submission; every usage mistake a one-line UsageProblem."""
+    task = _checked_task(task_name, path, opts)
+    try:
+        result = evaluate(task, path, opts)
+    except KbenchError as exc:
+        raise UsageProblem(str(exc)) from None
+    opts.progress.done()
+    return result
+
+
+def run_scaled(task_name: str | None, paths, opts: Options, gpus: str | None, ray_address: str | None) -> list[dict]:
+    """Evaluate several submissions over this host's GPUs (``gpus``) or a Ray cluster."""
+    if gpus is not None and ray_address is not None:
+        raise UsageProblem("--gpus and --ray: give one (--ray runs on the GPUs of a cluster's hosts)")
+    tasks = {p: _checked_task(task_name, p, opts) for p in paths}
+    names = {t.name for t in tasks.values()}
+    if len(names) > 1:
+        raise UsageProblem(f"submissions of different tasks ({', '.join(sorted(names))}): "
+                           f"one task per scaled-out run")
+    task = next(iter(tasks.values()))
+    try:
+        if gpus is not None:
+            from .gpu_pool import parse_gpus, run_on_gpus, visible_gpus
+
+            if opts.device != "cuda":
+                raise UsageProblem("--gpus needs CUDA GPUs and this run is on CPU "
+                                   "(CPU workers on a local cluster: --ray auto)")
+            try:
+                indices = parse_gpus(gpus, visible_gpus())
+            except ValueError as exc:
+                raise UsageProblem(str(exc)) from None
+            runs = run_on_gpus(task, list(paths), opts, indices)
+        else:
+            from .ray_pool import run_on_ray
+
+            runs = run_on_ray(task, list(paths), opts, ray_address)
+    except KbenchError as exc:
+        raise UsageProblem(str(exc)) from None
+    opts.progress.done()
+    return runs
+
+
+def _checked_task(task_name: str | None, path: Path, opts: Options) -> Task:
+    """The task of a submission, its suite and cases checked; every mistake a UsageProblem."""
     task = None
     try:
         task = get_task(task_name) if task_name else detect(path)
@@ -175,12 +218,14 @@ def run(task_name: str | None, path: Path, opts: Options) -> dict:
             raise UsageProblem(f"no case {missing!r} in suite {suite.name!r} of {task.name} "
                                f"(see: kbench show {task.name} --suite {suite.name})") from None
         raise UsageProblem(str(exc)) from None
+    if opts.device not in suite.devices:
+        raise UsageProblem(f"suite {suite.name!r} of {task.name} needs {' or '.join(suite.devices)}; "
+                           f"this run is on {opts.device}")
     try:
-        result = evaluate(task, path, opts)
+        submission_file(task, path)
     except KbenchError as exc:
         raise UsageProblem(str(exc)) from None
-    opts.progress.done()
-    return result
+    return task
 
 
 def check_paths(paths) -> None:

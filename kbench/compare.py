@@ -216,3 +216,32 @@ def regressed(result: dict, pct: float | None) -> list[str]:
     if pct is not None and result["summary"].get("timed", True):
         reasons = slower_than(result, pct) + reasons
     return reasons
+
+
+def _card(run: dict, case: dict) -> dict:
+    """The card a case was timed on: its own (``kbench eval --gpus``/``--ray``) or the run's."""
+    card = (run.get("devices") or {}).get(case.get("gpu")) or run.get("device") or {}
+    return {**card, "node": run.get("host", {}).get("node")}
+
+
+def different_cards(a: dict, b: dict) -> str | None:
+    """A warning when A and B timed a case on different cards (by UUID where both know it, else
+    by host and model): their ratio then holds the cards' own difference too."""
+    if not (a.get("timing", {}).get("meaningful") and b.get("timing", {}).get("meaningful")):
+        return None
+    b_cases = {c["case"]: c for c in b.get("cases", [])}
+    differ = []
+    for ca in a.get("cases", []):
+        cb = b_cases.get(ca["case"])
+        if cb is None:
+            continue
+        x, y = _card(a, ca), _card(b, cb)
+        same = (x["uuid"] == y["uuid"] if x.get("uuid") and y.get("uuid")
+                else (x.get("name"), x["node"]) == (y.get("name"), y["node"]))
+        if not same:
+            differ.append(ca["case"])
+    if not differ:
+        return None
+    names = ", ".join(differ[:3]) + (", ..." if len(differ) > 3 else "")
+    return (f"A and B ran on different cards ({len(differ)} of {len(b_cases)} cases: {names}): "
+            f"their ratios include the cards' own difference")

@@ -27,6 +27,18 @@ _tracked: dict[str, object] = {}   # folder -> the process using it (None once i
 _depth = 0                         # critical sections entered
 _pending: int | None = None        # a signal that arrived inside one
 _installed = False
+_last_words: list = []             # callables returning a line to say before "interrupted"
+
+
+def on_interrupt(say) -> None:
+    """Call ``say()`` first when interrupted (it may stop what it started); the line it returns,
+    if any, is written before ``kbench: interrupted`` (kbench/gpu_pool.py: the missing cases)."""
+    _last_words.append(say)
+
+
+def forget(say) -> None:
+    if say in _last_words:
+        _last_words.remove(say)
 
 
 def track(folder: str, process=None) -> None:
@@ -90,10 +102,18 @@ def _finish(signum: int) -> None:
     err = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
+    words = []
     try:
+        for say in list(_last_words):
+            try:
+                line = say()
+            except Exception:  # noqa: BLE001 - the clean-up below must still run
+                line = None
+            if line:
+                words.append(f"kbench: {line}\n".encode())
         cleanup()
     finally:
-        os.write(err, (b"\r\033[K" if os.isatty(err) else b"") + b"kbench: interrupted\n")
+        os.write(err, (b"\r\033[K" if os.isatty(err) else b"") + b"".join(words) + b"kbench: interrupted\n")
         os._exit(128 + signum)
 
 

@@ -24,11 +24,13 @@ def _value(args: list[str], name: str) -> str | None:
 def _workers_needed(args: list[str]) -> int:
     """How many workers the command will start first: a submission and its baseline (eval),
     or A and B (compare of two folders), times the processes per target where a GPU will be
-    used; none for help or saved results."""
+    used; none for help, saved results or work sent elsewhere (--gpus, --ray)."""
     if not args or args[0] not in ("eval", "compare") or "--help" in args or "-h" in args:
         return 0
     if args[0] == "compare" and any(a.endswith(".json") for a in args[1:]):
         return 0
+    if any(a.split("=", 1)[0] in ("--gpus", "--ray") for a in args):
+        return 0   # the work runs in per-GPU children or Ray tasks, each starting its own
     targets = 1 if args[0] == "eval" and _value(args, "--baseline") == "none" else 2
     device = _value(args, "--device") or "auto"
     gpu = device == "cuda" or (device == "auto" and os.path.exists("/dev/nvidiactl"))

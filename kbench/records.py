@@ -10,7 +10,10 @@ from .check import CheckResult
 from .detectors import below_floor
 from .interface import TASK
 
-STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout")
+STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout", "lost")
+# Not the submission's doing: the GPU or node running the case was lost, twice (kbench/fanout.py).
+# Never a kernel failure; the run is incomplete (exit code 3) and says which cases are missing.
+INFRA_STATUSES = ("lost",)
 
 
 def _r(x, digits=6):
@@ -107,17 +110,20 @@ def summarize_run(records: list[dict]) -> dict:
         # Over every case or not at all: a geomean of the passing cases would hide failures.
         "geomean_speedup": _r(geomean(speedups), 4) if all_ok else None,
         "flagged": sum(bool(r["flags"]) for r in records),
+        # cases with no verdict (infrastructure lost them): not the submission's failures
+        "lost": sum(r["status"] in INFRA_STATUSES for r in records),
     }
 
 
 def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
-               notes: list[str], fatal: str | None, wall: dict | None = None) -> dict:
+               notes: list[str], fatal: str | None, wall: dict | None = None, calibration_of=None) -> dict:
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
-    setup), for a user asking why a run is slow; each case carries its own ``wall_s``."""
+    setup), for a user asking why a run is slow; each case carries its own ``wall_s``.
+    ``calibration_of(record)``: the card each case ran on, where they differ (kbench/fanout.py)."""
     roofline = TASK.get(task.module, "roofline")
     if roofline is not None:
         for rec in records:
-            add_roofline(rec, roofline(rec["params"]), calibration)
+            add_roofline(rec, roofline(rec["params"]), calibration_of(rec) if calibration_of else calibration)
     summary = summarize_run(records)
     summary["fatal"] = fatal
     native_score = TASK.get(task.module, "native_score")

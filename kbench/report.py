@@ -92,12 +92,15 @@ def summary_line(run: dict) -> str:
     elif s["geomean_speedup"] is not None:
         parts.append(f"geomean speedup {s['geomean_speedup']:.3f}x vs {run['baseline']}")
     elif s["passed"] < s["total"]:
-        parts.append("geomean speedup n/a (failed cases)")
+        parts.append("geomean speedup n/a (" + ("failed" if s["passed"] + s.get("lost", 0) < s["total"]
+                                                else "lost") + " cases)")
     else:
         parts.append("geomean speedup n/a (no baseline)")
     native = s.get("native")
     if native:
         parts.append(native_text(native))
+    if s.get("lost"):
+        parts.append(f"INCOMPLETE: {s['lost']} lost with a GPU or node (no verdict, not the submission's)")
     if s["flagged"]:
         parts.append(f"{s['flagged']} flagged")
     if s.get("fatal"):

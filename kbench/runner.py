@@ -44,6 +44,7 @@ class Options:
     calibrate: bool = True
     processes: int | None = None       # worker processes per target (None: 2 on CUDA, 1 on CPU)
     progress: object = None            # callable(str) for progress lines, or None
+    on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
 
     @property
     def process_count(self) -> int:
@@ -320,6 +321,8 @@ class Runner:
                 case_start = time.perf_counter()
                 records.append(self.run_case(case, sub, base))
                 records[-1]["wall_s"] = round(time.perf_counter() - case_start, 2)
+                if options.on_case:
+                    options.on_case(records[-1])
                 if options.device == "cuda":
                     torch.cuda.empty_cache()
             fatal = None

@@ -1,0 +1,51 @@
+"""The scale-out figures from bench/scale_out.sh's folder: wall times of the one-GPU and the
+two-GPU ranking, submissions per hour, and per case whether the two runs' medians agree within
+their 95% intervals (the intervals overlap).
+
+    python3 bench/scale_out_compare.py /tmp/scale_out COMMIT
+"""
+import json
+import sys
+from pathlib import Path
+
+
+def main(folder: Path, commit: str) -> None:
+    one = json.loads((folder / "plain.json").read_text())["runs"]
+    two = json.loads((folder / "scaled.json").read_text())["runs"]
+    wall1 = float((folder / "plain.wall").read_text())
+    wall2 = float((folder / "scaled.wall").read_text())
+    cards = (folder / "gpus.txt").read_text().strip().replace("\n", "; ")
+    print(f"commit {commit}; cards: {cards}")
+    print(f"plain run (one GPU): {wall1:.1f} s, {3600 * len(one) / wall1:.0f} submissions/hour")
+    print(f"--gpus run: {wall2:.1f} s, {3600 * len(two) / wall2:.0f} submissions/hour; "
+          f"ratio {wall2 / wall1:.2f} (target <= 0.60 on 2 GPUs)")
+    agree = total = 0
+    print(f"{'submission':42} {'case':22} {'plain us [95%]':>24} {'--gpus us [95%] gpu':>32} agree")
+    for a, b in zip(one, two):
+        assert a["submission"] == b["submission"]
+        print(f"  {a['submission']}: statuses same: "
+              f"{[c['status'] for c in a['cases']] == [c['status'] for c in b['cases']]}, "
+              f"geomean {a['summary']['geomean_speedup']} vs {b['summary']['geomean_speedup']}")
+        for ca, cb in zip(a["cases"], b["cases"]):
+            if ca["latency_ms"] is None or cb["latency_ms"] is None:
+                continue
+            lo1, hi1 = ca["latency_ci95_ms"]
+            lo2, hi2 = cb["latency_ci95_ms"]
+            ok = lo1 <= hi2 and lo2 <= hi1
+            agree += ok
+            total += 1
+            print(f"{a['submission'][-42:]:42} {ca['case']:22} {ca['latency_ms'] * 1e3:7.2f} "
+                  f"[{lo1 * 1e3:.2f},{hi1 * 1e3:.2f}] {cb['latency_ms'] * 1e3:7.2f} [{lo2 * 1e3:.2f},"
+                  f"{hi2 * 1e3:.2f}] {cb.get('gpu')} {'yes' if ok else 'NO'}")
+    print(f"medians agreeing within their intervals: {agree}/{total}")
+    fault = folder / "fault.json"
+    if fault.exists():
+        data = json.loads(fault.read_text())
+        runs = data.get("runs", [data])
+        print("fault run: " + "; ".join(f"{r['submission']}: {r['summary']['passed']}/{r['summary']['total']} "
+                                        f"passed, {r['summary'].get('lost', 0)} lost, notes: {r['notes']}"
+                                        for r in runs))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "unknown")

@@ -1,0 +1,53 @@
+"""A per-GPU child of ``kbench eval --gpus``: runs the units its parent sends, one at a time, on
+the one device it sees (CUDA_VISIBLE_DEVICES), and streams each case's record back as it ends.
+
+Protocol, JSON lines. In, on stdin: ``{"task", "submission", "cases", "spec"}`` per unit; EOF
+ends the child. Out, on the stdout it was started with (its own prints go to stderr): first
+``{"hello": calibration}``, then per unit ``{"case": record}`` per case and ``{"done": meta}``,
+or ``{"fatal": message}`` when a unit cannot run at all (a usage error). A record streamed
+is a record kept: the parent merges what came back if the child dies mid-unit.
+
+Started as ``python -m kbench.gpu_child DEVICE WORKERS``: WORKERS worker processes are started
+before torch is imported here (kbench/spare_workers.py), as the ``kbench`` command does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    from . import interrupts, spare_workers
+
+    interrupts.install()
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)   # anything else printed here (a library's warning) stays off the protocol
+
+    def send(message: dict) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    device, workers = sys.argv[1], int(sys.argv[2])
+    # On a GPU the next unit's workers import torch while this one runs.
+    warm = workers * (2 if device == "cuda" else 1)
+    spare_workers.prestart(warm)
+    from .errors import KbenchError
+    from .unit import calibration, run_unit
+
+    send({"hello": calibration(device)})
+    for line in sys.stdin:
+        unit = json.loads(line)
+        try:
+            meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"],
+                            on_case=lambda record: send({"case": record}))
+        except KbenchError as exc:
+            send({"fatal": str(exc)})
+            continue
+        send({"done": {k: v for k, v in meta.items() if k != "cases"}})
+        spare_workers.keep_warm(warm)
+    interrupts.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Scale-out on CPU: units planned and merged, one child per device with a device lost mid-run,
+Ray on a local 2-CPU cluster (a plain run's statuses; a Ray worker killed mid-run)."""
+import json
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.cli import cli, exit_code, ranking
+from kbench.compare import different_cards
+from kbench.fanout import Unit, plan
+from kbench.gpu_pool import parse_gpus, run_on_slots
+from kbench.tasks import get_task
+from tests.helpers import FIXTURES, ROOT, cpu_options, run_cpu, statuses
+
+GOOD = ROOT / "submissions" / "qknorm"
+FAILS_ONE = FIXTURES / "qknorm" / "fails_one_case"
+SMOKE = ["b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16", "b2_q3_kv1_d256_bf16", "b2_s3_q4_kv2_d64_bf16",
+         "b5_q2_kv1_d128_f16"]
+
+
+def test_plan_fewest_units_that_keep_every_device_busy():
+    assert plan(4, SMOKE, 2) == [Unit(s, SMOKE) for s in range(4)]
+    assert plan(1, SMOKE, 2) == [Unit(0, SMOKE[0::2]), Unit(0, SMOKE[1::2])]
+    assert [len(u.cases) for u in plan(3, SMOKE, 2)] == [3, 2, 3, 2, 3, 2]
+    assert len(plan(1, SMOKE, 8)) == 5   # never more shares than cases
+
+
+def test_parse_gpus():
+    assert parse_gpus("all", 2) == [0, 1]
+    assert parse_gpus("1", 2) == [0]
+    assert parse_gpus("1,", 2) == [1]
+    assert parse_gpus("0,1", 2) == [0, 1]
+    with pytest.raises(ValueError, match=r"--gpus 3: this host has 2 GPUs \(for one GPU by index write '3,'\)"):
+        parse_gpus("3", 2)
+    with pytest.raises(ValueError, match="indices must be distinct, from 0 to 1"):
+        parse_gpus("0,0", 2)
+
+
+def test_gpus_on_cpu_is_one_line_usage_error():
+    result = CliRunner().invoke(cli, ["eval", str(GOOD), "--gpus", "all"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: --gpus needs CUDA GPUs and this run is on CPU (CPU workers on a local cluster: --ray auto)")
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kw):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    result = CliRunner().invoke(cli, ["eval", str(GOOD), "--ray", "auto"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == 'Error: --ray needs Ray, not installed here: pip install "kbench[ray]"'
+
+
+def test_lost_cases_exit_3_and_rank_below():
+    lost = {"submission": "a", "timing": {"meaningful": False},
+            "cases": [{"case": "x", "status": "passed"}, {"case": "y", "status": "lost"}],
+            "summary": {"passed": 1, "total": 2, "lost": 1, "flagged": 0, "fatal": None, "geomean_speedup": None}}
+    failed = {**lost, "summary": {**lost["summary"], "lost": 0}}
+    assert exit_code(lost, None) == 3
+    assert exit_code(failed, None) == 1
+    assert "1/2 (1 lost)" in ranking([lost])
+
+
+def test_different_cards_warns_per_case():
+    def run(node, cards):
+        return {"timing": {"meaningful": True}, "host": {"node": node}, "device": {"name": "H200"},
+                "devices": {f"cuda:{i}": {"name": "H200", "uuid": u} for i, u in enumerate(cards)},
+                "cases": [{"case": "x", "gpu": "cuda:0"}, {"case": "y", "gpu": f"cuda:{len(cards) - 1}"}]}
+    assert different_cards(run("h", ["GPU-a"]), run("h", ["GPU-a"])) is None
+    assert different_cards(run("h", ["GPU-a"]), run("h", ["GPU-a", "GPU-b"])) == (
+        "A and B ran on different cards (1 of 2 cases: y): their ratios include the cards' own difference")
+    plain = {"timing": {"meaningful": True}, "host": {"node": "h"}, "device": {"name": "H200"},
+             "cases": [{"case": "x"}, {"case": "y"}]}
+    assert different_cards(plain, {**plain, "host": {"node": "other"}}).startswith(
+        "A and B ran on different cards (2 of 2 cases")
+
+
+def test_device_lost_mid_run_retried_elsewhere():
+    """Two CPU children; the first is killed once its first case is back: that case is kept,
+    the rest of its unit runs on the other child, and every case has the plain run's status."""
+    killed = []
+
+    def on_event(kind, child, payload):
+        if kind == "case" and child.label == "cpu:0" and not killed:
+            killed.append(payload["case"])
+            child.popen.send_signal(signal.SIGKILL)
+
+    runs = run_on_slots(get_task("qknorm"), [FAILS_ONE], cpu_options(), [("cpu:0", {}), ("cpu:1", {})],
+                        on_event=on_event)
+    run = runs[0]
+    assert statuses(run) == {c: ("error" if c == "b2_q3_kv1_d256_bf16" else "passed") for c in SMOKE}
+    cpu0 = {c["case"] for c in run["cases"] if c["gpu"] == "cpu:0"}
+    assert cpu0 == set(killed)   # what came back before the kill is kept, not run again
+    retried = [c["case"] for c in run["cases"] if any("after the device first given it was lost" in n
+                                                      for n in c["notes"])]
+    assert retried and set(retried) <= set(SMOKE[0::2]) - cpu0
+    assert any(n.startswith("cpu:0 lost (killed by signal 9") and "tried again elsewhere" in n for n in run["notes"])
+    assert run["summary"]["lost"] == 0 and exit_code(run, None) == 1
+
+
+@pytest.fixture
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    temp = tempfile.mkdtemp(prefix="kr", dir="/tmp")   # Ray's sockets need a short path
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_two_submissions_same_statuses_as_plain(ray_cluster, tmp_path):
+    out = tmp_path / "ray.json"
+    result = CliRunner().invoke(cli, ["eval", str(GOOD), str(FAILS_ONE), "--ray", "auto", "--baseline", "none",
+                                      "--json", str(out)])
+    assert result.exit_code == 1, result.output
+    runs = json.loads(out.read_text())["runs"]
+    for path, run in zip((GOOD, FAILS_ONE), runs):
+        assert run["submission"] == str(path)
+        assert statuses(run) == statuses(run_cpu("qknorm", path))
+        assert [c["case"] for c in run["cases"]] == SMOKE
+        assert {c["gpu"] for c in run["cases"]} == {f"{os.uname().nodename}:cpu"}
+    assert result.output.endswith("\n" + ranking(runs) + "\n")
+
+
+def test_ray_worker_killed_mid_run_every_case_reported(ray_cluster):
+    """A Ray worker running a unit is killed (its process title is ray::run_shipped while it
+    does): the unit is tried once more and every case comes back with a verdict."""
+    from kbench.ray_pool import run_on_ray
+
+    events = []
+
+    def kill_a_running_unit(kind, unit, payload):
+        events.append(kind)
+        if kind == "submitted" and events.count("submitted") == 2:
+            pid = _wait_for_process("ray::run_shipped")
+            os.kill(pid, signal.SIGKILL)
+
+    runs = run_on_ray(get_task("qknorm"), [GOOD], cpu_options(), on_event=kill_a_running_unit)
+    assert events.count("lost") == 1 and events.count("submitted") == 3
+    assert statuses(runs[0]) == {c: "passed" for c in SMOKE}
+    assert any("tried again elsewhere" in n for n in runs[0]["notes"])
+    # the killed task's folder (its submission's copy, its workers' folders), if it got as far
+    # as making it, is all it left
+    left = [e for e in os.listdir(tempfile.gettempdir()) if e.startswith("kbench-ray-")]
+    assert len(left) <= 1
+    for entry in left:
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), entry))
+
+
+def _wait_for_process(title: str, timeout: float = 120.0) -> int:
+    """The pid of a process whose command line starts with ``title``, polled until one exists."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        if f.read().startswith(title.encode()):
+                            return int(entry)
+                except OSError:
+                    continue
+        time.sleep(0.05)
+    raise AssertionError(f"no process {title} within {timeout} s")
