@@ -21,24 +21,42 @@ def _value(args: list[str], name: str) -> str | None:
     return None
 
 
-def _workers_needed(args: list[str]) -> int:
-    """How many workers the command will start first: a submission and its baseline (eval),
-    or A and B (compare of two folders), times the processes per target where a GPU will be
-    used; none for help, saved results or work sent elsewhere (--gpus, --ray)."""
+def _workers_per_run(args: list[str]) -> int:
+    """How many workers one run of the command needs: a submission and its baseline (eval), or
+    A and B (compare of two folders), times the processes per target where a GPU will be used;
+    none for help or saved results."""
     if not args or args[0] not in ("eval", "compare") or "--help" in args or "-h" in args:
         return 0
     if args[0] == "compare" and any(a.endswith(".json") for a in args[1:]):
         return 0
-    if any(a.split("=", 1)[0] in ("--gpus", "--ray") for a in args):
-        return 0   # the work runs in per-GPU children or Ray tasks, each starting its own
     targets = 1 if args[0] == "eval" and _value(args, "--baseline") == "none" else 2
-    device = _value(args, "--device") or "auto"
-    gpu = device == "cuda" or (device == "auto" and os.path.exists("/dev/nvidiactl"))
     try:
-        processes = int(_value(args, "--processes") or DEFAULT_PROCESSES) if gpu else 1
+        processes = int(_value(args, "--processes") or DEFAULT_PROCESSES) if _on_gpu(args) else 1
     except ValueError:
         processes = 1   # click reports the bad value
     return targets * min(max(processes, 1), 8)
+
+
+def _on_gpu(args: list[str]) -> bool:
+    device = _value(args, "--device") or "auto"
+    return device == "cuda" or (device == "auto" and os.path.exists("/dev/nvidiactl"))
+
+
+def _workers_needed(args: list[str]) -> int:
+    """How many workers this process starts first: none when the work is sent elsewhere
+    (--gpus: per-GPU children, started first instead; --ray: Ray tasks)."""
+    if any(a.split("=", 1)[0] in ("--gpus", "--ray") for a in args):
+        return 0
+    return _workers_per_run(args)
+
+
+def _gpu_children(args: list[str]) -> tuple[str, int] | None:
+    """(--gpus's value, workers per child) when ``eval --gpus`` will run on CUDA GPUs."""
+    gpus = _value(args, "--gpus")
+    if not args or args[0] != "eval" or gpus is None or _value(args, "--ray") is not None or not _on_gpu(args):
+        return None
+    workers = _workers_per_run(args)
+    return (gpus, workers) if workers else None
 
 
 def main() -> None:
@@ -50,6 +68,11 @@ def main() -> None:
         from . import spare_workers
 
         spare_workers.prestart(count)
+    children = _gpu_children(sys.argv[1:])
+    if children:   # eval --gpus: each GPU's child starts now, while this process imports torch
+        from . import gpu_slots
+
+        gpu_slots.prestart(*children)
     try:
         from .cli import main as cli_main
 

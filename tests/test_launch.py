@@ -5,7 +5,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kbench.launch import _workers_needed
+from kbench.launch import _gpu_children, _workers_needed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,10 +20,23 @@ def test_workers_started_first_match_the_command():
     assert _workers_needed(["eval", "--help"]) == 0
     assert _workers_needed(["list"]) == 0
     assert _workers_needed([]) == 0
+    # --gpus and --ray: the work runs in per-GPU children or Ray tasks, which start their own
+    assert _workers_needed(["eval", "a", "--gpus", "all"]) == 0
+    assert _workers_needed(["eval", "a", "--ray=auto"]) == 0
+
+
+def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers():
+    assert _gpu_children(["eval", "a", "b", "--gpus", "all", "--device", "cuda"]) == ("all", 4)
+    assert _gpu_children(["eval", "a", "--gpus=0,1", "--device", "cuda", "--baseline", "none",
+                          "--processes", "3"]) == ("0,1", 3)
+    assert _gpu_children(["eval", "a", "--gpus", "all", "--device", "cpu"]) is None
+    assert _gpu_children(["eval", "a", "--device", "cuda"]) is None
+    assert _gpu_children(["compare", "a", "b", "--gpus", "all", "--device", "cuda"]) is None
 
 
 def test_the_launcher_imports_no_torch_before_it_starts_the_workers():
-    out = subprocess.run([sys.executable, "-c", "import sys, kbench.launch, kbench.spare_workers, kbench.worker_entry;"
+    out = subprocess.run([sys.executable, "-c", "import sys, kbench.launch, kbench.spare_workers, kbench.worker_entry,"
+                          " kbench.gpu_slots;"
                           "print('torch' in sys.modules)"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 

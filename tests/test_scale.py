@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from kbench.cli import cli, exit_code, ranking
 from kbench.compare import different_cards
 from kbench.fanout import Unit, plan
+from kbench import gpu_slots
 from kbench.gpu_pool import parse_gpus, run_on_slots
 from kbench.tasks import get_task
 from tests.helpers import FIXTURES, ROOT, cpu_options, run_cpu, statuses
@@ -28,6 +29,45 @@ def test_plan_fewest_units_that_keep_every_device_busy():
     assert plan(1, SMOKE, 2) == [Unit(0, SMOKE[0::2]), Unit(0, SMOKE[1::2])]
     assert [len(u.cases) for u in plan(3, SMOKE, 2)] == [3, 2, 3, 2, 3, 2]
     assert len(plan(1, SMOKE, 8)) == 5   # never more shares than cases
+
+
+def test_gpu_count_follows_cuda_visible_devices_without_torch(monkeypatch):
+    monkeypatch.setattr(gpu_slots.os, "listdir", lambda path: ["0000:01:00.0", "0000:02:00.0"])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_slots.gpu_count() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu_slots.gpu_count() == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,-1,1")   # CUDA stops at the first invalid entry
+    assert gpu_slots.gpu_count() == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
+    assert gpu_slots.slots([1]) == [("cuda:1", {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"})]
+
+
+def test_a_child_started_early_is_used_only_for_its_own_slot(monkeypatch):
+    made, dropped = [], []
+
+    class FakeChild:
+        def __init__(self, label, env, device, workers):
+            self.env, self.device, self.workers = env, device, workers
+            made.append(label)
+
+        def discard(self):
+            dropped.append(self)
+
+    monkeypatch.setattr(gpu_slots, "Child", FakeChild)
+    monkeypatch.setattr(gpu_slots, "_prestarted", {})
+    monkeypatch.setattr(gpu_slots, "gpu_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpu_slots.prestart("all", 4)
+    gpu_slots.prestart("nonsense", 4)   # a bad --gpus starts nothing: the run says what is wrong
+    assert made == ["cuda:0", "cuda:1"]
+    early = dict(gpu_slots._prestarted)
+    assert gpu_slots.child_for("cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, "cuda", 4) is early["cuda:0"]
+    fresh = gpu_slots.child_for("cuda:1", {"CUDA_VISIBLE_DEVICES": "1"}, "cuda", 2)   # other worker count
+    assert fresh is not early["cuda:1"] and dropped == [early["cuda:1"]]
+    gpu_slots.prestart("1,", 4)
+    gpu_slots.discard_prestarted()
+    assert gpu_slots._prestarted == {} and len(dropped) == 2
 
 
 def test_parse_gpus():
