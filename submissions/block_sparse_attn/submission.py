@@ -66,7 +66,9 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
     acc = acc * alpha[:, None]
     if UPCAST:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-    elif PRECISE:  # P = hi + lo in two bf16 parts: PV good to ~2^-16 for few-key rows
+    elif PRECISE == 2:  # P and V in fp16: P good to 2^-12 (bf16 V converts exactly)
+        acc = tl.dot(p.to(tl.float16), v.to(tl.float16), acc)
+    elif PRECISE == 1:  # P = hi + lo in two bf16 parts: PV good to ~2^-16
         p_hi = p.to(v.dtype)
         p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
         acc = tl.dot(p_hi, v, acc)
@@ -101,8 +103,10 @@ def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, 
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-             SPLIT_ALL: tl.constexpr = False):
+             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
+    if REVERSE:                    # the heavy (late) query blocks of a head first
+        pid = tl.num_programs(0) - 1 - pid
     bh = tl.program_id(1)
     b = bh // H
     n_blocks = T_MAX // 128
@@ -137,13 +141,13 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
             j = row_start
             while j < row_end - 1:
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
                 j += 1
         else:
             for j in range(row_start, row_end - 1):
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
         # The diagonal block: causal mask. Its first query rows see only a few keys of it,
         # which can carry most of the softmax weight: bf16 P there misses the o tolerance
@@ -151,7 +155,7 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         # at |o| ~ 0.3), so P is split in two bf16 parts for this block in every row.
         kb = tl.load(cols + row_end - 1)
         acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
-                                  offs_n, offs_d, qk_scale, True, True, BLOCK_M, BLOCK_N, D, UPCAST)
+                                  offs_n, offs_d, qk_scale, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST)
         live = q_tok < seq_len
         o = tl.where(live[:, None], acc / l_i[:, None], 0.0)
         lse = tl.where(live, (m_i + tl.math.log2(l_i)) / 1.4426950408889634, float("-inf"))
@@ -165,6 +169,10 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
 # |err|/tol 0.873 (2 ulps) rounded, 0.681 (1 ulp) split, at 19-28% more time (195 -> 232 us
 # on full-window-1). Correct first: split is the default until a cheaper fix is measured.
 SPLIT_ALL = True
+PV = {"split": 1, "fp16": 2, "bf16": 0}
+PV_MODE = "fp16"   # off-diagonal blocks
+DIAG_MODE = "fp16"  # the diagonal block
+REVERSE = False
 
 
 def _interpreted() -> bool:
@@ -175,13 +183,38 @@ def _config(t_max: int):
     return CONFIGS.get(t_max, CONFIGS["default"])
 
 
+# Launch path: Triton's JIT dispatch (argument binding, specialisation key, cache lookup,
+# global-value checks) costs tens of microseconds of Python per call. Once a launch has
+# compiled a kernel for a (config, flags, dtypes, device), later calls whose arguments fall
+# in the same specialisation (every pointer 16-byte aligned, T a multiple of 16: the
+# contract's contiguous inputs and t_max % 128 == 0) call the compiled kernel directly.
+FAST_LAUNCH = True
+_COMPILED = {}
+
+
 def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     B, H, T, D = q.shape
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
-    _bsa_fwd[grid](q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-                   BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=_interpreted(), SPLIT_ALL=SPLIT_ALL,
-                   num_warps=warps, num_stages=stages)
+    interpreted = _interpreted()
+    args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
+            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
+    key = None
+    if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
+            t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
+        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
+               row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
+        kernel = _COMPILED.get(key)
+        if kernel is not None:
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                       *args)
+            return
+    kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
+                            PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
+                            num_warps=warps, num_stages=stages)
+    if key is not None and kernel is not None:
+        _COMPILED[key] = kernel
 
 
 def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
@@ -206,10 +239,6 @@ def setup(suite_specs, device, variants):
         col_idx = torch.zeros((1, 1, 1), device=device, dtype=torch.int32)
         seq_lens = torch.full((1,), t, device=device, dtype=torch.int32)
         o, lse = torch.empty_like(q), torch.empty((1, 1, t), device=device, dtype=torch.float32)
-        block_m, block_n, warps, stages = config
-        grid = (t // block_m, 1)
-        _bsa_fwd[grid](q, q, q, o, lse, row_ptr, col_idx, seq_lens, 1, 1, t, QK_SCALE,
-                       BLOCK_M=block_m, BLOCK_N=block_n, D=HEAD_DIM, UPCAST=_interpreted(),
-                       num_warps=warps, num_stages=stages)
+        _launch(q, q, q, row_ptr, col_idx, seq_lens, o, lse)   # compiles, and keeps the kernel
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
