@@ -55,7 +55,7 @@ def main() -> int:
     m = task.module
     entry = task.contract.load(ROOT / "submissions" / "block_sparse_attn")
     sub = sys.modules[entry.fn.__module__]
-    bundled = {n: getattr(sub, n) for n in ("PV_MODE", "DIAG_MODE", "REVERSE") if hasattr(sub, n)}
+    bundled = {n: getattr(sub, n) for n in ("PV_MODE", "DIAG_MODE", "REVERSE", "TMA") if hasattr(sub, n)}
     print(f"{torch.cuda.get_device_name()}  bundled {bundled}", flush=True)
     cases = [c for c in task.suite(args.suite).cases if args.cases == "all" or c.name in args.cases.split(",")]
     for variant in args.variants.split(";"):
@@ -70,9 +70,9 @@ def main() -> int:
         for i in range(args.seeds):
             if time.perf_counter() - start > args.time_limit:
                 break
-            for case in cases:
+            for n, case in enumerate(cases):
                 params = dict(case.params, seed=case.seed)
-                inputs = m.generate_timed(params, "cuda", 7919 * (i + 1) + args.seed_base)
+                inputs = m.generate_timed(params, "cuda", 7919 * (i + 1) + 1000003 * n + args.seed_base)
                 expected = m.reference(inputs)
                 out = entry.fn(*(inputs[k] for k in ARGS))
                 st = stats[case.name]

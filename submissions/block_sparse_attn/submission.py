@@ -48,10 +48,14 @@ CONFIGS = {"default": (128, 128, 8, 2)}
 
 
 @triton.jit
-def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
-            CAUSAL: tl.constexpr, PRECISE: tl.constexpr, UPCAST: tl.constexpr):
-    k = tl.load(k_ptrs)
-    v = tl.load(v_ptrs)
+def _attend(acc, m_i, l_i, q, k_src, v_src, off, kv_tok, q_tok, qk_scale,
+            CAUSAL: tl.constexpr, PRECISE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
+    if TMA:   # k_src, v_src: tensor descriptors over (B*H*T, D); off: the first row
+        k = k_src.load([off, 0])
+        v = v_src.load([off, 0])
+    else:     # k_src, v_src: the head's base pointers; off: (BLOCK_N, D) element offsets
+        k = tl.load(k_src + off)
+        v = tl.load(v_src + off)
     if UPCAST:
         s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
     else:
@@ -79,31 +83,35 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
 
 
 @triton.jit
-def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, offs_d, qk_scale,
+def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, offs_d, qk_scale, row0,
               DIAGONAL: tl.constexpr, PRECISE: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
+              BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
     """One 128-token key block, in BLOCK_N slices. DIAGONAL: mask causally when kb == qb
     and skip slices entirely above the diagonal."""
     for sub in tl.static_range(128 // BLOCK_N):
         kv_tok = kb * 128 + sub * BLOCK_N + offs_n
-        off = kv_tok[:, None] * D + offs_d[None, :]
+        if TMA:
+            off = row0 + kb * 128 + sub * BLOCK_N
+        else:
+            off = kv_tok[:, None] * D + offs_d[None, :]
         if DIAGONAL:
             if kb != qb:
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
-                                        qk_scale, False, PRECISE, UPCAST)
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
+                                        qk_scale, False, PRECISE, UPCAST, TMA)
             elif kb * 128 + sub * BLOCK_N < q_start + BLOCK_M:
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
-                                        qk_scale, True, PRECISE, UPCAST)
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
+                                        qk_scale, True, PRECISE, UPCAST, TMA)
         else:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
-                                    qk_scale, False, PRECISE, UPCAST)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
+                                    qk_scale, False, PRECISE, UPCAST, TMA)
     return acc, m_i, l_i
 
 
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False):
+             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False,
+             TMA: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
     if REVERSE:                    # the heavy (late) query blocks of a head first
         pid = tl.num_programs(0) - 1 - pid
@@ -134,28 +142,38 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         cols = COL_IDX + bh.to(tl.int64) * NNZ
+        if TMA:   # Hopper TMA loads of K and V (one descriptor over all heads' rows)
+            k_src = tl.make_tensor_descriptor(K, shape=[tl.num_programs(1) * T_MAX, D], strides=[D, 1],
+                                              block_shape=[BLOCK_N, D])
+            v_src = tl.make_tensor_descriptor(V, shape=[tl.num_programs(1) * T_MAX, D], strides=[D, 1],
+                                              block_shape=[BLOCK_N, D])
+        else:
+            k_src = K + head
+            v_src = V + head
+        row0 = bh * T_MAX
         # Off-diagonal blocks: nothing to mask. (Interpreted: a while loop, since triton
         # 3.6's interpreter cannot take loaded bounds in range() under numpy >= 2.4; compiled:
         # range(), which Triton software-pipelines.)
         if UPCAST:
             j = row_start
             while j < row_end - 1:
-                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
-                                          BLOCK_M, BLOCK_N, D, UPCAST)
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, row0, False, PV_MODE,
+                                          BLOCK_M, BLOCK_N, D, UPCAST, TMA)
                 j += 1
         else:
             for j in range(row_start, row_end - 1):
-                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
-                                          BLOCK_M, BLOCK_N, D, UPCAST)
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, row0, False, PV_MODE,
+                                          BLOCK_M, BLOCK_N, D, UPCAST, TMA)
         # The diagonal block: causal mask. Its first query rows see only a few keys of it,
         # which can carry most of the softmax weight: bf16 P there misses the o tolerance
         # (seen on an H100: once in 8M elements on a fresh quick-window seed, a 2-ulp error
         # at |o| ~ 0.3), so P is split in two bf16 parts for this block in every row.
         kb = tl.load(cols + row_end - 1)
-        acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
-                                  offs_n, offs_d, qk_scale, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST)
+        acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, kb, qb, q_start, q_tok,
+                                  offs_n, offs_d, qk_scale, row0, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST,
+                                  TMA)
         live = q_tok < seq_len
         o = tl.where(live[:, None], acc / l_i[:, None], 0.0)
         lse = tl.where(live, (m_i + tl.math.log2(l_i)) / 1.4426950408889634, float("-inf"))
@@ -173,6 +191,7 @@ PV = {"split": 1, "fp16": 2, "bf16": 0}
 PV_MODE = "fp16"   # off-diagonal blocks
 DIAG_MODE = "fp16"  # the diagonal block
 REVERSE = False
+TMA = False  # K/V through tensor descriptors (TMA on Hopper); needs triton.set_allocator
 
 
 def _interpreted() -> bool:
@@ -192,17 +211,24 @@ FAST_LAUNCH = True
 _COMPILED = {}
 
 
+def _scratch(size, alignment, stream):
+    """Global scratch for in-kernel tensor descriptors (TMA=True)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
+    if TMA:
+        triton.set_allocator(_scratch)
     B, H, T, D = q.shape
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
     interpreted = _interpreted()
     args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
+            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE, TMA and not interpreted)
     key = None
     if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
             t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
-        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
+        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, TMA, q.device, q.dtype,
                row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
         kernel = _COMPILED.get(key)
         if kernel is not None:
@@ -212,7 +238,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
             return
     kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
                             PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
-                            num_warps=warps, num_stages=stages)
+                            TMA=TMA and not interpreted, num_warps=warps, num_stages=stages)
     if key is not None and kernel is not None:
         _COMPILED[key] = kernel
 
