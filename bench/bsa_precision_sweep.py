@@ -55,7 +55,7 @@ def main() -> int:
     m = task.module
     entry = task.contract.load(ROOT / "submissions" / "block_sparse_attn")
     sub = sys.modules[entry.fn.__module__]
-    bundled = {n: getattr(sub, n) for n in ("PV_MODE", "DIAG_MODE", "REVERSE", "TMA") if hasattr(sub, n)}
+    bundled = {n: getattr(sub, n) for n in ("PV_MODE", "DIAG_MODE", "REVERSE", "TMA", "WS") if hasattr(sub, n)}
     print(f"{torch.cuda.get_device_name()}  bundled {bundled}", flush=True)
     cases = [c for c in task.suite(args.suite).cases if args.cases == "all" or c.name in args.cases.split(",")]
     for variant in args.variants.split(";"):

@@ -111,7 +111,7 @@ def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, 
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
              PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False,
-             TMA: tl.constexpr = False):
+             TMA: tl.constexpr = False, WS: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
     if REVERSE:                    # the heavy (late) query blocks of a head first
         pid = tl.num_programs(0) - 1 - pid
@@ -162,7 +162,7 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
                                           BLOCK_M, BLOCK_N, D, UPCAST, TMA)
                 j += 1
         else:
-            for j in range(row_start, row_end - 1):
+            for j in tl.range(row_start, row_end - 1, warp_specialize=WS):
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, tl.load(cols + j), qb,
                                           q_start, q_tok, offs_n, offs_d, qk_scale, row0, False, PV_MODE,
                                           BLOCK_M, BLOCK_N, D, UPCAST, TMA)
@@ -191,6 +191,7 @@ PV = {"split": 1, "fp16": 2, "bf16": 0}
 PV_MODE = "fp16"   # off-diagonal blocks
 DIAG_MODE = "fp16"  # the diagonal block
 REVERSE = False
+WS = False   # tl.range(warp_specialize=True) over the off-diagonal blocks
 TMA = False  # K/V through tensor descriptors (TMA on Hopper); needs triton.set_allocator
 
 
@@ -224,11 +225,11 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     grid = (T // block_m, B * H)
     interpreted = _interpreted()
     args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE, TMA and not interpreted)
+            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE, TMA and not interpreted, WS)
     key = None
     if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
             t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
-        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, TMA, q.device, q.dtype,
+        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, TMA, WS, q.device, q.dtype,
                row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
         kernel = _COMPILED.get(key)
         if kernel is not None:
@@ -238,7 +239,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
             return
     kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
                             PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
-                            TMA=TMA and not interpreted, num_warps=warps, num_stages=stages)
+                            TMA=TMA and not interpreted, WS=WS, num_warps=warps, num_stages=stages)
     if key is not None and kernel is not None:
         _COMPILED[key] = kernel
 
