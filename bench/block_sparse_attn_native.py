@@ -10,9 +10,11 @@ does: the contract's load, setup (the canonical warm-ups), call and after_run, t
 generator, and the checker on every output. Targets: the bundled kernel and the task's
 first baseline on the device (FlexAttention on a GPU).
 
-kbench's own figure for the same cases, the device time of one call behind the gate, is
-`kbench eval submissions/block_sparse_attn --suite full`; the difference is host and driver
-latency (docs/benchmarks-block_sparse_attn.md). `--device cpu` runs the smoke suite through
+Per case it also prints (and keeps in native.json) the median time for the call to return to
+Python ("return": the submission's host path in that state) and the CUDA-event span around
+the same host-timed call ("events"). kbench's own figure for the same cases, the device
+time of one call behind the gate, is `kbench eval submissions/block_sparse_attn --suite
+full`; the difference is host and driver latency (docs/benchmarks-block_sparse_attn.md). `--device cpu` runs the smoke suite through
 Triton's interpreter: a check of this script, its times mean nothing.
 """
 from __future__ import annotations

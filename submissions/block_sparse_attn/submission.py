@@ -8,10 +8,12 @@ zeroed at the store.
 
 Precision: q, k, v arrive in bf16, so QK^T on bf16 tensor cores with fp32 accumulation
 computes the same products as an fp32 matmul: the scores (hence lse, checked at 1e-5)
-are fp32-exact up to summation order. P is split into two bf16 parts (hi + lo) for the PV
-product of every block (SPLIT_ALL, below, says why): P rounded to bf16 misses the o
-tolerance by one element on about 2% of fresh seeds, as FlexAttention in bf16 does. Never TF32 (10-bit mantissa on the scores would miss the lse
-tolerance).
+are fp32-exact up to summation order. The PV product takes P and V in fp16 (PV_MODE,
+below, says why): P rounded to bf16 misses the o tolerance by one element on about 2% of
+fresh seeds, as FlexAttention in bf16 does; fp16 keeps 3 more mantissa bits at the same
+tensor-core rate. Never TF32 (10-bit mantissa on the scores would miss the lse tolerance).
+V is converted bf16 -> fp16 in registers: exact for |v| in [6e-5, 65504] (the challenge's
+randn inputs); smaller values lose bits below 2^-24, larger ones would overflow.
 
 Under TRITON_INTERPRET=1 (constexpr UPCAST) the operands are upcast to fp32, since Triton's
 interpreter multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584), and the
@@ -48,14 +50,10 @@ CONFIGS = {"default": (128, 128, 8, 2)}
 
 
 @triton.jit
-def _attend(acc, m_i, l_i, q, k_src, v_src, off, kv_tok, q_tok, qk_scale,
-            CAUSAL: tl.constexpr, PRECISE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
-    if TMA:   # k_src, v_src: tensor descriptors over (B*H*T, D); off: the first row
-        k = k_src.load([off, 0])
-        v = v_src.load([off, 0])
-    else:     # k_src, v_src: the head's base pointers; off: (BLOCK_N, D) element offsets
-        k = tl.load(k_src + off)
-        v = tl.load(v_src + off)
+def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
+            CAUSAL: tl.constexpr, PRECISE: tl.constexpr, UPCAST: tl.constexpr):
+    k = tl.load(k_ptrs)
+    v = tl.load(v_ptrs)
     if UPCAST:
         s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
     else:
@@ -83,35 +81,31 @@ def _attend(acc, m_i, l_i, q, k_src, v_src, off, kv_tok, q_tok, qk_scale,
 
 
 @triton.jit
-def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, offs_d, qk_scale, row0,
+def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, offs_d, qk_scale,
               DIAGONAL: tl.constexpr, PRECISE: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
+              BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr):
     """One 128-token key block, in BLOCK_N slices. DIAGONAL: mask causally when kb == qb
     and skip slices entirely above the diagonal."""
     for sub in tl.static_range(128 // BLOCK_N):
         kv_tok = kb * 128 + sub * BLOCK_N + offs_n
-        if TMA:
-            off = row0 + kb * 128 + sub * BLOCK_N
-        else:
-            off = kv_tok[:, None] * D + offs_d[None, :]
+        off = kv_tok[:, None] * D + offs_d[None, :]
         if DIAGONAL:
             if kb != qb:
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
-                                        qk_scale, False, PRECISE, UPCAST, TMA)
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                        qk_scale, False, PRECISE, UPCAST)
             elif kb * 128 + sub * BLOCK_N < q_start + BLOCK_M:
-                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
-                                        qk_scale, True, PRECISE, UPCAST, TMA)
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                        qk_scale, True, PRECISE, UPCAST)
         else:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, off, kv_tok, q_tok,
-                                    qk_scale, False, PRECISE, UPCAST, TMA)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base + off, v_base + off, kv_tok, q_tok,
+                                    qk_scale, False, PRECISE, UPCAST)
     return acc, m_i, l_i
 
 
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False,
-             TMA: tl.constexpr = False, WS: tl.constexpr = False):
+             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
     if REVERSE:                    # the heavy (late) query blocks of a head first
         pid = tl.num_programs(0) - 1 - pid
@@ -142,38 +136,28 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         cols = COL_IDX + bh.to(tl.int64) * NNZ
-        if TMA:   # Hopper TMA loads of K and V (one descriptor over all heads' rows)
-            k_src = tl.make_tensor_descriptor(K, shape=[tl.num_programs(1) * T_MAX, D], strides=[D, 1],
-                                              block_shape=[BLOCK_N, D])
-            v_src = tl.make_tensor_descriptor(V, shape=[tl.num_programs(1) * T_MAX, D], strides=[D, 1],
-                                              block_shape=[BLOCK_N, D])
-        else:
-            k_src = K + head
-            v_src = V + head
-        row0 = bh * T_MAX
         # Off-diagonal blocks: nothing to mask. (Interpreted: a while loop, since triton
         # 3.6's interpreter cannot take loaded bounds in range() under numpy >= 2.4; compiled:
         # range(), which Triton software-pipelines.)
         if UPCAST:
             j = row_start
             while j < row_end - 1:
-                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, row0, False, PV_MODE,
-                                          BLOCK_M, BLOCK_N, D, UPCAST, TMA)
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
+                                          BLOCK_M, BLOCK_N, D, UPCAST)
                 j += 1
         else:
-            for j in tl.range(row_start, row_end - 1, warp_specialize=WS):
-                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, row0, False, PV_MODE,
-                                          BLOCK_M, BLOCK_N, D, UPCAST, TMA)
+            for j in range(row_start, row_end - 1):
+                acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
+                                          BLOCK_M, BLOCK_N, D, UPCAST)
         # The diagonal block: causal mask. Its first query rows see only a few keys of it,
         # which can carry most of the softmax weight: bf16 P there misses the o tolerance
         # (seen on an H100: once in 8M elements on a fresh quick-window seed, a 2-ulp error
-        # at |o| ~ 0.3), so P is split in two bf16 parts for this block in every row.
+        # at |o| ~ 0.3); DIAG_MODE (fp16 by default, like the other blocks) sets its P.
         kb = tl.load(cols + row_end - 1)
-        acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, k_src, v_src, kb, qb, q_start, q_tok,
-                                  offs_n, offs_d, qk_scale, row0, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST,
-                                  TMA)
+        acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
+                                  offs_n, offs_d, qk_scale, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST)
         live = q_tok < seq_len
         o = tl.where(live[:, None], acc / l_i[:, None], 0.0)
         lse = tl.where(live, (m_i + tl.math.log2(l_i)) / 1.4426950408889634, float("-inf"))
@@ -181,18 +165,21 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         tl.store(lse_ptrs, lse)
 
 
-# P in two bf16 parts for every key block, not only the diagonal one. With P rounded to
-# bf16 off the diagonal, 2 of 90 timed calls of `full` missed the o tolerance by one element
-# (2 bf16 ulps, H100, 2026-11-22); bench/bsa_precision_sweep.py, 12 seeds x 3 cases: worst
-# |err|/tol 0.873 (2 ulps) rounded, 0.681 (1 ulp) split, at 19-28% more time (195 -> 232 us
-# on full-window-1). Correct first: split is the default until a cheaper fix is measured.
-SPLIT_ALL = True
+# How P meets V in the PV product, off the diagonal (PV_MODE) and on it (DIAG_MODE):
+# "bf16": P rounded to bf16 (8 bits): 9 of 360 timed calls of `full` missed the o tolerance
+#   by one element (2 bf16 ulps; bench/bsa_precision_sweep.py, H100, 2026-11-23).
+# "split": P = hi + lo, two bf16 parts, two PV dots (~2^-16): 0/288 calls missed, but 1.5x
+#   the PV work: 19-28% more time than "bf16".
+# "fp16": P and V in fp16 (11 bits, P good to 2^-12; a single key's rounding cannot reach
+#   the 1-ulp gap the checker allows): 0/297 + 0/243 calls of full/broad missed (worst
+#   |err|/tol 0.744, a 1-ulp disagreement), 0/414 fresh timed calls under kbench eval;
+#   ~5% slower than "bf16" (the V conversion), kbench compare vs "split": 0.823x time.
 PV = {"split": 1, "fp16": 2, "bf16": 0}
 PV_MODE = "fp16"   # off-diagonal blocks
 DIAG_MODE = "fp16"  # the diagonal block
+# Launch the query blocks of a head last-first (the heavy late rows first, the cheap first
+# rows and padded blocks in the tail): kbench compare said SAME (0.995, 0.985-1.005).
 REVERSE = False
-WS = False   # tl.range(warp_specialize=True) over the off-diagonal blocks
-TMA = False  # K/V through tensor descriptors (TMA on Hopper); needs triton.set_allocator
 
 
 def _interpreted() -> bool:
@@ -212,24 +199,17 @@ FAST_LAUNCH = True
 _COMPILED = {}
 
 
-def _scratch(size, alignment, stream):
-    """Global scratch for in-kernel tensor descriptors (TMA=True)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
-    if TMA:
-        triton.set_allocator(_scratch)
     B, H, T, D = q.shape
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
     interpreted = _interpreted()
     args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE, TMA and not interpreted, WS)
+            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
     key = None
     if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
             t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
-        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, TMA, WS, q.device, q.dtype,
+        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
                row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
         kernel = _COMPILED.get(key)
         if kernel is not None:
@@ -239,7 +219,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
             return
     kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
                             PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
-                            TMA=TMA and not interpreted, WS=WS, num_warps=warps, num_stages=stages)
+                            num_warps=warps, num_stages=stages)
     if key is not None and kernel is not None:
         _COMPILED[key] = kernel
 
