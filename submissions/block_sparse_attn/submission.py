@@ -170,8 +170,8 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
 #   by one element (2 bf16 ulps; bench/bsa_precision_sweep.py, H100, 2026-11-23).
 # "split": P = hi + lo, two bf16 parts, two PV dots (~2^-16): 0/288 calls missed, but 1.5x
 #   the PV work: 19-28% more time than "bf16".
-# "fp16": P and V in fp16 (11 bits, P good to 2^-12; a single key's rounding cannot reach
-#   the 1-ulp gap the checker allows): 0/297 + 0/243 calls of full/broad missed (worst
+# "fp16": P and V in fp16 (11 bits, P good to 2^-11 relative; a single key's rounding
+#   cannot reach the 1-ulp gap the checker allows): 0/297 + 0/243 calls of full/broad missed (worst
 #   |err|/tol 0.744, a 1-ulp disagreement), 0/414 fresh timed calls under kbench eval;
 #   ~5% slower than "bf16" (the V conversion), kbench compare vs "split": 0.823x time.
 PV = {"split": 1, "fp16": 2, "bf16": 0}
