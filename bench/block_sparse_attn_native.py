@@ -10,9 +10,11 @@ does: the contract's load, setup (the canonical warm-ups), call and after_run, t
 generator, and the checker on every output. Targets: the bundled kernel and the task's
 first baseline on the device (FlexAttention on a GPU).
 
-kbench's own figure for the same cases, the device time of one call behind the gate, is
-`kbench eval submissions/block_sparse_attn --suite full`; the difference is host and driver
-latency (docs/benchmarks-block_sparse_attn.md). `--device cpu` runs the smoke suite through
+Per case it also prints (and keeps in native.json) the median time for the call to return to
+Python ("return": the submission's host path in that state) and the CUDA-event span around
+the same host-timed call ("events"). kbench's own figure for the same cases, the device
+time of one call behind the gate, is `kbench eval submissions/block_sparse_attn --suite
+full`; the difference is host and driver latency (docs/benchmarks-block_sparse_attn.md). `--device cpu` runs the smoke suite through
 Triton's interpreter: a check of this script, its times mean nothing.
 """
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _sync(device: str) -> None:
 def measure(task, path: Path, cases, device: str) -> tuple[list[dict], str]:
     """One target: a record per case (median host ms of the 3 measure sets) and the compile
     cache's verdict after the run."""
+    import torch
     contract, module = task.contract, task.module
     entry = contract.load(path)
     records = []
@@ -51,17 +54,28 @@ def measure(task, path: Path, cases, device: str) -> tuple[list[dict], str]:
                 seed = module.spec_mod.derived_seed(case.seed, f"measure:{i}")
                 inputs = module.generate(dict(case.params, seed=seed), device)
                 _sync(device)
+                if device == "cuda":  # where the time goes: the call's return, the device's span
+                    events = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+                    events[0].record()
                 start = time.perf_counter()
                 out = contract.call(entry, inputs)
+                returned = time.perf_counter()
+                if device == "cuda":
+                    events[1].record()
                 _sync(device)
                 record["samples_ms"].append((time.perf_counter() - start) * 1e3)
+                record.setdefault("return_ms", []).append((returned - start) * 1e3)
+                if device == "cuda":
+                    record.setdefault("events_ms", []).append(events[0].elapsed_time(events[1]))
                 verdict = module.check(out, tuple(module.reference(inputs)), inputs)
                 if not verdict.passed and record["status"] == "passed":
                     record.update(status=verdict.status, reason=verdict.reason)
                 del inputs, out
             record["latency_ms"] = statistics.median(record["samples_ms"])
             records.append(record)
-            print(f"  {case.name:<24} {record['status']:<9} {record['latency_ms']:8.3f} ms {record['reason']}",
+            extra = "".join(f"  {k[:-3]} {statistics.median(record[k]):.3f}" for k in ("return_ms", "events_ms")
+                            if k in record)
+            print(f"  {case.name:<24} {record['status']:<9} {record['latency_ms']:8.3f} ms{extra} {record['reason']}",
                   flush=True)
         try:
             contract.after_run(entry)

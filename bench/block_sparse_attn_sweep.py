@@ -10,7 +10,9 @@ the call behind the gate), so drift hits every config alike. Every timed output 
 with the task's checker (``fails`` counts the calls that missed), and one more fresh seed
 per (case, config) is checked untimed. Prints per case and config the median device time,
 TFLOP/s (task.roofline flops) and the family geomean of family medians per config.
-Configs are (BLOCK_M, BLOCK_N, num_warps, num_stages); the submission's SPLIT_ALL is kept.
+Configs are BLOCK_M,BLOCK_N,num_warps,num_stages[,NAME=value...]: the launch config, then
+module constants of the submission to set for that config (e.g. PV_MODE=fp16,REVERSE=1);
+the others keep their bundled values.
 """
 from __future__ import annotations
 
@@ -42,17 +44,24 @@ def main() -> int:
     from kbench.interface import same_inputs
     from kbench.timing import flush_bytes, summarize
 
-    configs = [tuple(int(x) for x in c.split(",")) for c in args.configs.split(";")]
+    configs = [tuple(c.split(",")) for c in args.configs.split(";")]
     timer = CallTimer("cuda", flush_bytes("cuda"))
     task = get_task("block_sparse_attn")
     m = task.module
     entry = task.contract.load(Path(args.submission))
     sub = sys.modules[entry.fn.__module__]
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  SPLIT_ALL={sub.SPLIT_ALL}  "
+    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"bundled CONFIGS={sub.CONFIGS}", flush=True)
 
+    bundled = {name: getattr(sub, name) for name in ("PV_MODE", "DIAG_MODE", "REVERSE", "TMA", "WS") if hasattr(sub, name)}
+
     def use(cfg):
-        sub.CONFIGS = {"default": cfg}
+        sub.CONFIGS = {"default": tuple(int(x) for x in cfg[:4])}
+        for name, value in bundled.items():
+            setattr(sub, name, value)
+        for item in cfg[4:]:   # NAME=value: a module constant of the submission (REVERSE=1, PV_MODE=fp16)
+            name, value = item.split("=")
+            setattr(sub, name, bool(int(value)) if value.isdigit() else value)
 
     medians: dict[tuple, dict[str, float]] = {c: {} for c in configs}
     families: dict[str, str] = {}
@@ -65,9 +74,15 @@ def main() -> int:
         extra = m.generate_timed(params, "cuda", 2003)
         extra_expected = m.reference(extra)
         fails = {c: 0 for c in configs}
-        for cfg in configs:   # compile + untimed check on a second seed
+        for cfg in list(configs):   # compile + untimed check on a second seed
             use(cfg)
-            out = entry.fn(*(extra[k] for k in ARGS))
+            try:
+                out = entry.fn(*(extra[k] for k in ARGS))
+            except Exception as exc:  # noqa: BLE001 - a config that does not compile is dropped
+                print(f"{','.join(cfg)}: dropped: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                configs.remove(cfg)
+                del medians[cfg]
+                continue
             fails[cfg] += not m.check(out, extra_expected, extra).passed
         samples = {c: [] for c in configs}
         for _ in range(args.rounds):
@@ -82,7 +97,7 @@ def main() -> int:
             s = summarize(samples[cfg][1:])
             medians[cfg][case.name] = s.median
             base = base or s.median
-            print(f"{case.name:18s} {str(cfg):20s} {s.median * 1e3:8.1f} us  iqr {s.iqr * 1e3:6.1f}  "
+            print(f"{case.name:18s} {','.join(cfg):40s} {s.median * 1e3:8.1f} us  iqr {s.iqr * 1e3:6.1f}  "
                   f"{flops / s.median / 1e9:6.0f} TFLOP/s  x{base / s.median:5.3f}  fails {fails[cfg]}/{args.rounds + 1}",
                   flush=True)
         del inputs, expected, extra, extra_expected
@@ -95,7 +110,7 @@ def main() -> int:
             fam.setdefault(families[name], []).append(med)
         meds = {f: statistics.median(v) for f, v in fam.items()}
         geo = math.exp(sum(math.log(v) for v in meds.values()) / len(meds))
-        print(f"{str(cfg):20s} {geo:.4f}  " + "  ".join(f"{f} {v:.4f}" for f, v in meds.items()), flush=True)
+        print(f"{','.join(cfg):40s} {geo:.4f}  " + "  ".join(f"{f} {v:.4f}" for f, v in meds.items()), flush=True)
     return 0
 
 

@@ -8,10 +8,12 @@ zeroed at the store.
 
 Precision: q, k, v arrive in bf16, so QK^T on bf16 tensor cores with fp32 accumulation
 computes the same products as an fp32 matmul: the scores (hence lse, checked at 1e-5)
-are fp32-exact up to summation order. P is split into two bf16 parts (hi + lo) for the PV
-product of every block (SPLIT_ALL, below, says why): P rounded to bf16 misses the o
-tolerance by one element on about 2% of fresh seeds, as FlexAttention in bf16 does. Never TF32 (10-bit mantissa on the scores would miss the lse
-tolerance).
+are fp32-exact up to summation order. The PV product takes P and V in fp16 (PV_MODE,
+below, says why): P rounded to bf16 misses the o tolerance by one element on about 2% of
+fresh seeds, as FlexAttention in bf16 does; fp16 keeps 3 more mantissa bits at the same
+tensor-core rate. Never TF32 (10-bit mantissa on the scores would miss the lse tolerance).
+V is converted bf16 -> fp16 in registers: exact for |v| in [6e-5, 65504] (the challenge's
+randn inputs); smaller values lose bits below 2^-24, larger ones would overflow.
 
 Under TRITON_INTERPRET=1 (constexpr UPCAST) the operands are upcast to fp32, since Triton's
 interpreter multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584), and the
@@ -66,7 +68,9 @@ def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, kv_tok, q_tok, qk_scale,
     acc = acc * alpha[:, None]
     if UPCAST:
         acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-    elif PRECISE:  # P = hi + lo in two bf16 parts: PV good to ~2^-16 for few-key rows
+    elif PRECISE == 2:  # P and V in fp16: P good to 2^-12 (bf16 V converts exactly)
+        acc = tl.dot(p.to(tl.float16), v.to(tl.float16), acc)
+    elif PRECISE == 1:  # P = hi + lo in two bf16 parts: PV good to ~2^-16
         p_hi = p.to(v.dtype)
         p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
         acc = tl.dot(p_hi, v, acc)
@@ -101,8 +105,10 @@ def _kv_block(acc, m_i, l_i, q, k_base, v_base, kb, qb, q_start, q_tok, offs_n, 
 @triton.jit(do_not_specialize=["H", "NNZ"])
 def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scale,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, UPCAST: tl.constexpr,
-             SPLIT_ALL: tl.constexpr = False):
+             PV_MODE: tl.constexpr = 1, DIAG_MODE: tl.constexpr = 1, REVERSE: tl.constexpr = False):
     pid = tl.program_id(0)         # fastest: neighbouring programs share K/V blocks in L2
+    if REVERSE:                    # the heavy (late) query blocks of a head first
+        pid = tl.num_programs(0) - 1 - pid
     bh = tl.program_id(1)
     b = bh // H
     n_blocks = T_MAX // 128
@@ -137,21 +143,21 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
             j = row_start
             while j < row_end - 1:
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
                 j += 1
         else:
             for j in range(row_start, row_end - 1):
                 acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, tl.load(cols + j), qb,
-                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, SPLIT_ALL,
+                                          q_start, q_tok, offs_n, offs_d, qk_scale, False, PV_MODE,
                                           BLOCK_M, BLOCK_N, D, UPCAST)
         # The diagonal block: causal mask. Its first query rows see only a few keys of it,
         # which can carry most of the softmax weight: bf16 P there misses the o tolerance
         # (seen on an H100: once in 8M elements on a fresh quick-window seed, a 2-ulp error
-        # at |o| ~ 0.3), so P is split in two bf16 parts for this block in every row.
+        # at |o| ~ 0.3); DIAG_MODE (fp16 by default, like the other blocks) sets its P.
         kb = tl.load(cols + row_end - 1)
         acc, m_i, l_i = _kv_block(acc, m_i, l_i, q, K + head, V + head, kb, qb, q_start, q_tok,
-                                  offs_n, offs_d, qk_scale, True, True, BLOCK_M, BLOCK_N, D, UPCAST)
+                                  offs_n, offs_d, qk_scale, True, DIAG_MODE, BLOCK_M, BLOCK_N, D, UPCAST)
         live = q_tok < seq_len
         o = tl.where(live[:, None], acc / l_i[:, None], 0.0)
         lse = tl.where(live, (m_i + tl.math.log2(l_i)) / 1.4426950408889634, float("-inf"))
@@ -159,12 +165,21 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
         tl.store(lse_ptrs, lse)
 
 
-# P in two bf16 parts for every key block, not only the diagonal one. With P rounded to
-# bf16 off the diagonal, 2 of 90 timed calls of `full` missed the o tolerance by one element
-# (2 bf16 ulps, H100, 2026-11-22); bench/bsa_precision_sweep.py, 12 seeds x 3 cases: worst
-# |err|/tol 0.873 (2 ulps) rounded, 0.681 (1 ulp) split, at 19-28% more time (195 -> 232 us
-# on full-window-1). Correct first: split is the default until a cheaper fix is measured.
-SPLIT_ALL = True
+# How P meets V in the PV product, off the diagonal (PV_MODE) and on it (DIAG_MODE):
+# "bf16": P rounded to bf16 (8 bits): 9 of 360 timed calls of `full` missed the o tolerance
+#   by one element (2 bf16 ulps; bench/bsa_precision_sweep.py, H100, 2026-11-23).
+# "split": P = hi + lo, two bf16 parts, two PV dots (~2^-16): 0/288 calls missed, but 1.5x
+#   the PV work: 19-28% more time than "bf16".
+# "fp16": P and V in fp16 (11 bits, P good to 2^-11 relative; a single key's rounding
+#   cannot reach the 1-ulp gap the checker allows): 0/297 + 0/243 calls of full/broad missed (worst
+#   |err|/tol 0.744, a 1-ulp disagreement), 0/414 fresh timed calls under kbench eval;
+#   ~5% slower than "bf16" (the V conversion), kbench compare vs "split": 0.823x time.
+PV = {"split": 1, "fp16": 2, "bf16": 0}
+PV_MODE = "fp16"   # off-diagonal blocks
+DIAG_MODE = "fp16"  # the diagonal block
+# Launch the query blocks of a head last-first (the heavy late rows first, the cheap first
+# rows and padded blocks in the tail): kbench compare said SAME (0.995, 0.985-1.005).
+REVERSE = False
 
 
 def _interpreted() -> bool:
@@ -175,13 +190,38 @@ def _config(t_max: int):
     return CONFIGS.get(t_max, CONFIGS["default"])
 
 
+# Launch path: Triton's JIT dispatch (argument binding, specialisation key, cache lookup,
+# global-value checks) costs tens of microseconds of Python per call. Once a launch has
+# compiled a kernel for a (config, flags, dtypes, device), later calls whose arguments fall
+# in the same specialisation (every pointer 16-byte aligned, T a multiple of 16: the
+# contract's contiguous inputs and t_max % 128 == 0) call the compiled kernel directly.
+FAST_LAUNCH = True
+_COMPILED = {}
+
+
 def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     B, H, T, D = q.shape
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
-    _bsa_fwd[grid](q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
-                   BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=_interpreted(), SPLIT_ALL=SPLIT_ALL,
-                   num_warps=warps, num_stages=stages)
+    interpreted = _interpreted()
+    args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
+            block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
+    key = None
+    if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
+            t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
+        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
+               row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
+        kernel = _COMPILED.get(key)
+        if kernel is not None:
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                       *args)
+            return
+    kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
+                            PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
+                            num_warps=warps, num_stages=stages)
+    if key is not None and kernel is not None:
+        _COMPILED[key] = kernel
 
 
 def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
@@ -206,10 +246,6 @@ def setup(suite_specs, device, variants):
         col_idx = torch.zeros((1, 1, 1), device=device, dtype=torch.int32)
         seq_lens = torch.full((1,), t, device=device, dtype=torch.int32)
         o, lse = torch.empty_like(q), torch.empty((1, 1, t), device=device, dtype=torch.float32)
-        block_m, block_n, warps, stages = config
-        grid = (t // block_m, 1)
-        _bsa_fwd[grid](q, q, q, o, lse, row_ptr, col_idx, seq_lens, 1, 1, t, QK_SCALE,
-                       BLOCK_M=block_m, BLOCK_N=block_n, D=HEAD_DIM, UPCAST=_interpreted(),
-                       num_warps=warps, num_stages=stages)
+        _launch(q, q, q, row_ptr, col_idx, seq_lens, o, lse)   # compiles, and keeps the kernel
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
