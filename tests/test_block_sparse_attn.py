@@ -287,6 +287,33 @@ def test_upcast_switch_follows_interpreter(monkeypatch):
     assert not sub._interpreted()
 
 
+@pytest.mark.parametrize("takes, expected", [(19, 19), (12, 12), (7, None)])
+def test_direct_launch_finds_the_launchers_argument_count(monkeypatch, takes, expected):
+    """The compiled kernel's C launcher takes the constexpr values too in some Triton versions
+    (3.6), not in others: the first direct call finds which; one that takes neither sends the
+    layout back to the JIT path (the TypeError comes before any launch)."""
+    sub = load_module(SUBMISSION, f"_bsa_direct_{takes}")
+    monkeypatch.setattr(sub.torch.cuda, "current_stream", lambda device: type("S", (), {"cuda_stream": 0})())
+    launched = []
+
+    class Kernel:
+        function, packed_metadata = object(), object()
+
+        def run(self, *a):
+            if len(a) - 9 != takes:
+                raise TypeError(f"expected {takes} arguments")
+            launched.append(len(a) - 9)
+
+    args = tuple(range(19))
+    key = ("layout",)
+    sub._COMPILED[key] = kernel = Kernel()
+    for _ in range(2):
+        assert sub._run_direct(key, kernel, (1, 1), "cuda", args) is (expected is not None)
+    assert launched == ([expected] * 2 if expected else [])
+    assert sub._ARG_COUNTS[key] == ((expected,) if expected else ())
+    assert (key in sub._COMPILED) is (expected is not None)
+
+
 def test_torch_fixture_is_the_baseline_and_passes(loaded):
     assert (FIXTURES / "torch_submission" / "submission.py").read_bytes() == (REF / "baseline_torch.py").read_bytes()
     entry = loaded(FIXTURES / "torch_submission")

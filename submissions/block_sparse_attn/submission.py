@@ -197,6 +197,28 @@ def _config(t_max: int):
 # contract's contiguous inputs and t_max % 128 == 0) call the compiled kernel directly.
 FAST_LAUNCH = True
 _COMPILED = {}
+_ARG_COUNTS = {}     # key -> how many of the arguments its launcher takes (found on first use)
+N_RUNTIME_ARGS = 12  # _bsa_fwd's arguments before the constexprs
+
+
+def _run_direct(key, kernel, grid, device, args) -> bool:
+    """Launch the compiled kernel through its C launcher. Launchers of some Triton versions take
+    the constexpr values after the runtime arguments (3.6 does), others not: the first call
+    tries both; a launcher that takes neither (a TypeError, raised before anything is
+    launched) sends this layout back to the JIT path for good."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    counts = _ARG_COUNTS.get(key, (len(args), N_RUNTIME_ARGS))
+    for n in counts:
+        try:
+            kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                       *args[:n])
+        except TypeError:
+            continue
+        _ARG_COUNTS[key] = (n,)
+        return True
+    _COMPILED.pop(key, None)
+    _ARG_COUNTS[key] = ()
+    return False
 
 
 def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
@@ -212,15 +234,12 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
         key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
                row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
         kernel = _COMPILED.get(key)
-        if kernel is not None:
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
-                       *args)
+        if kernel is not None and _run_direct(key, kernel, grid, q.device, args):
             return
-    kernel = _bsa_fwd[grid](*args[:12], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
+    kernel = _bsa_fwd[grid](*args[:N_RUNTIME_ARGS], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
                             PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
                             num_warps=warps, num_stages=stages)
-    if key is not None and kernel is not None:
+    if key is not None and kernel is not None and _ARG_COUNTS.get(key) != ():
         _COMPILED[key] = kernel
 
 
