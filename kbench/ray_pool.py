@@ -51,13 +51,41 @@ def submission_files(path: Path) -> dict[str, bytes]:
     return files
 
 
+FOLDER_PREFIX = "kbench-ray-"   # + the Ray worker's pid + "-": a folder its dead owner left is found
+
+
+def remove_stale_folders(parent: str | None = None) -> list[str]:
+    """Remove the task folders of Ray workers that are gone (a worker killed mid-task, SIGKILL or
+    a lost node, never reached its clean-up); a live worker's folder is left alone."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    for entry in os.listdir(parent):
+        pid = entry[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if not entry.startswith(FOLDER_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process: alive, and not ours to judge
+        return True
+    return True
+
+
 def run_shipped(task_name: str, name: str, files: dict[str, bytes], single_file: bool, cases: list[str],
                 spec: dict) -> dict:
     """The body of a Ray task: the submission written to a private folder, then one unit run.
     Returns the unit's records and this card's calibration."""
     from .unit import calibration, run_unit
 
-    root = tempfile.mkdtemp(prefix="kbench-ray-")
+    remove_stale_folders()
+    root = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
     saved, tempfile.tempdir = tempfile.tempdir, root   # the unit's workers' folders too: one to remove
     try:
         folder = Path(root) / name

@@ -4,6 +4,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -218,3 +220,17 @@ def _wait_for_process(title: str, timeout: float = 120.0) -> int:
                     continue
         time.sleep(0.05)
     raise AssertionError(f"no process {title} within {timeout} s")
+
+
+def test_a_killed_ray_workers_task_folder_is_removed_by_the_next_task(tmp_path):
+    from kbench.ray_pool import FOLDER_PREFIX, remove_stale_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{FOLDER_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{FOLDER_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "kbench-worker-xyz"
+    for folder in (stale, live, other):
+        (folder / "sub").mkdir(parents=True)
+    assert remove_stale_folders(str(tmp_path)) == [stale.name]
+    assert not stale.exists() and live.exists() and other.exists()
