@@ -205,7 +205,9 @@ def test_ray_worker_killed_mid_run_every_case_reported(ray_cluster):
 
 
 def _wait_for_process(title: str, timeout: float = 120.0) -> int:
-    """The pid of a process whose command line starts with ``title``, polled until one exists."""
+    """The pid of a process of this test's own (a descendant: the local Ray cluster's workers
+    are the raylet's children) whose command line starts with ``title``, polled until one
+    exists. Another test session's on the same host is never taken."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -214,12 +216,22 @@ def _wait_for_process(title: str, timeout: float = 120.0) -> int:
             if entry.isdigit():
                 try:
                     with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        if f.read().startswith(title.encode()):
+                        if f.read().startswith(title.encode()) and _descends_from_us(int(entry)):
                             return int(entry)
                 except OSError:
                     continue
         time.sleep(0.05)
     raise AssertionError(f"no process {title} within {timeout} s")
+
+
+def _descends_from_us(pid: int) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        if pid == me:
+            return True
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])   # the field after the state: ppid
+    return False
 
 
 def test_a_killed_ray_workers_task_folder_is_removed_by_the_next_task(tmp_path):
