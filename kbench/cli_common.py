@@ -185,7 +185,8 @@ def run_scaled(task_name: str | None, paths, opts: Options, gpus: str | None, ra
     task = next(iter(tasks.values()))
     try:
         if gpus is not None:
-            from .gpu_pool import parse_gpus, run_on_gpus, visible_gpus
+            from .gpu_pool import run_on_gpus, visible_gpus
+            from .gpu_slots import parse_gpus
 
             if opts.device != "cuda":
                 raise UsageProblem("--gpus needs CUDA GPUs and this run is on CPU "

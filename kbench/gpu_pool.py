@@ -18,7 +18,7 @@ from pathlib import Path
 from . import interrupts
 from .errors import KbenchError
 from .fanout import Tally, plan
-from .gpu_slots import Child, child_for, discard_prestarted, parse_gpus, slots as gpu_slots  # noqa: F401
+from .gpu_slots import Child, child_for, discard_prestarted, slots as gpu_slots
 from .runner import Options
 from .tasks import Task
 from .unit import options_spec

@@ -16,7 +16,8 @@ from kbench.cli import cli, exit_code, ranking
 from kbench.compare import different_cards
 from kbench.fanout import Unit, plan
 from kbench import gpu_slots
-from kbench.gpu_pool import parse_gpus, run_on_slots
+from kbench.gpu_pool import run_on_slots
+from kbench.gpu_slots import parse_gpus
 from kbench.tasks import get_task
 from tests.helpers import FIXTURES, ROOT, cpu_options, run_cpu, statuses
 
