@@ -125,6 +125,8 @@ def main() -> int:
     ap.add_argument("--against", type=Path, help="a kbench eval --json result of the same suite")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--budget", type=float, default=StopRule().budget_s)
+    ap.add_argument("--noise", type=float, default=StopRule().noise,
+                    help="the stop rule's noise target (relative standard error of the median)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--only", choices=("baseline", "submission"), default=None,
                     help="time one target alone (a process of its own, as in kbench)")
@@ -150,7 +152,7 @@ def main() -> int:
     if setup is not None:
         for t in targets:
             setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
-    stop = StopRule(budget_s=args.budget)
+    stop = StopRule(budget_s=args.budget, noise=args.noise)
     rows = []
     for case in cases:
         row = run_case(task, case, targets, stop)

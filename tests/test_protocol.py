@@ -127,3 +127,39 @@ def test_a_worker_survives_a_python_exception_and_is_not_restarted(monkeypatch):
     statuses = [c["status"] for c in result["cases"]]
     assert "error" in statuses and statuses.count("passed") == len(statuses) - 1
     assert len(starts) == 1
+
+
+class _FakeEvents(CallTimer):
+    """A CUDA timer without CUDA: the real `_once`, with events that report ``device_ms``."""
+
+    def __init__(self, device_ms):
+        super().__init__("cpu", 0)
+        self.cuda, self.device_ms = True, device_ms
+        self.sync = lambda: None
+        self.spin = lambda cycles: None
+        self.cycles_per_ms, self.settle_floor_ms = 1.0, 0.0
+        self.flush = lambda: None
+        self.lead_in_buf = torch.empty(64)
+        self.event = lambda enable_timing=True: object()
+        self.record = lambda event: None
+        self.query = lambda event: False        # every call held
+        self.elapsed = lambda a, b: self.device_ms
+
+
+def _calls_seen(timer, rounds):
+    seen = []
+    invoke = lambda args: (seen.append(float(args["x"][0])), (args["x"] * 2,))[1]
+    for value in rounds:
+        timer.timed(invoke, lambda live: live, {"x": torch.full((4,), float(value))})
+    return seen
+
+
+def test_a_short_call_is_primed_with_the_previous_calls_arguments_never_its_own():
+    seen = _calls_seen(_FakeEvents(device_ms=0.01), [1, 2, 3])
+    # The first call has nothing before it; each later one runs after the previous call's inputs.
+    assert seen == [1.0, 1.0, 2.0, 2.0, 3.0]
+
+
+def test_a_long_call_is_not_primed():
+    seen = _calls_seen(_FakeEvents(device_ms=call_timer.PRIMER_BELOW_MS), [1, 2, 3])
+    assert seen == [1.0, 2.0, 3.0]
