@@ -1,5 +1,10 @@
 """PyTorch FlexAttention (compiled) with a BlockMask built from the CSR lists in every call.
 
+On CUDA the mask's construction and the attention are one compiled region: built eagerly the
+mask took ~90 short launches per call (PyTorch index ops and BlockMask's own transposes),
+and the gaps between them, fixed per process on the H100, made the same call read 288-293
+us in some processes and 303-309 us in others (docs/measurement.md).
+
 Each listed key block becomes a "full" block (no mask_mod) except the diagonal one, and
 every block of the last valid query block (the only one holding padded query rows),
 which go through the mask_mod: causal, query and key before seq_len. Padded rows then
@@ -24,7 +29,7 @@ _compiled = None
 def _flex():
     global _compiled
     if _compiled is None:
-        _compiled = torch.compile(flex_attention, dynamic=False)
+        _compiled = torch.compile(_attend, dynamic=False)
     return _compiled
 
 
@@ -65,15 +70,17 @@ def build_block_mask(row_ptr, col_idx, seq_lens, t_max):
         BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(t_max, t_max))
 
 
-def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
+def _attend(q, k, v, row_ptr, col_idx, seq_lens):
     mask = build_block_mask(row_ptr, col_idx, seq_lens, q.shape[2])
-    if q.is_cuda:
-        fn = _flex()
-    else:  # eager flex on CPU computes in the input dtype: upcast (correctness only)
-        fn, q, k, v = flex_attention, q.float(), k.float(), v.float()
     if AuxRequest is not None:
-        o, aux = fn(q, k, v, block_mask=mask, return_aux=AuxRequest(lse=True))
-        lse = aux.lse
-    else:
-        o, lse = fn(q, k, v, block_mask=mask, return_lse=True)
+        o, aux = flex_attention(q, k, v, block_mask=mask, return_aux=AuxRequest(lse=True))
+        return o.to(torch.bfloat16), aux.lse.float()
+    o, lse = flex_attention(q, k, v, block_mask=mask, return_lse=True)
     return o.to(torch.bfloat16), lse.float()
+
+
+def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
+    if q.is_cuda:
+        return _flex()(q, k, v, row_ptr, col_idx, seq_lens)
+    # eager flex on CPU computes in the input dtype: upcast (correctness only)
+    return _attend(q.float(), k.float(), v.float(), row_ptr, col_idx, seq_lens)
