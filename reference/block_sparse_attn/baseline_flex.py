@@ -81,6 +81,11 @@ def _attend(q, k, v, row_ptr, col_idx, seq_lens):
 
 def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
     if q.is_cuda:
+        # One shape per case for the compiled region: col_idx's width (the largest list) varies
+        # call to call, and a recompile per width soon exhausts dynamo's limit (8) and falls
+        # back to eager flex (~2 ms on a full case). Causal lists hold at most n(n+1)/2 blocks.
+        n = row_ptr.shape[-1] - 1
+        col_idx = torch.nn.functional.pad(col_idx, (0, max(0, n * (n + 1) // 2 - col_idx.shape[-1])))
         return _flex()(q, k, v, row_ptr, col_idx, seq_lens)
     # eager flex on CPU computes in the input dtype: upcast (correctness only)
     return _attend(q.float(), k.float(), v.float(), row_ptr, col_idx, seq_lens)
