@@ -79,8 +79,7 @@ class Caller:
     def warmup(self, request: protocol.Warmup) -> None:
         """Timed calls whose results are dropped: compilation, autotuning, the gate's size.
         ``min_ms`` counts from the end of the first call: a first call that compiles must not
-        use up the warm-up (on the H100 the first case of a process read 2-5% slow when the
-        compile left it one warm call)."""
+        use up the warm-up, leaving one warm call before the timed ones."""
         self.timer.timed(self.invoke, self.prepare, request.inputs, graph=request.graph)
         start, calls = _perf_counter(), 1
         while calls < request.max_calls:
