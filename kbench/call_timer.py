@@ -33,7 +33,7 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
   same in every process.
 - The primer undoes what another process's work on the device costs the next call: in kbench
   the parent's checks and the other target's calls run between two calls of a worker, and on
-  the H100 a call of a few microseconds ran 0.07-0.2 us slower right after another CUDA
+  the H100 a call of a few microseconds ran 0.03-0.2 us slower right after another CUDA
   context's kernels than after its own (a plain process), and as fast as in a plain process
   once it had run once since (docs/measurement.md, "Primer"). It runs on the previous call's
   arguments, never on this call's: it cannot compute this call's answer ahead.
