@@ -55,7 +55,8 @@ def run_options(fn):
         click.option("--max-samples", type=int, default=StopRule.max_samples, show_default=True,
                      help="CPU mode: at most 3."),
         click.option("--processes", type=click.IntRange(1, 8), default=DEFAULT_PROCESSES, show_default=True,
-                     help="Worker processes per submission and baseline; each figure is the mean of their "
+                     help="Worker processes per submission and baseline. Each case is timed in two of them, "
+                          "the next case in the next two round the pool; its figure is the mean of their "
                           "medians, its interval includes their spread (CUDA only; CPU mode uses one)."),
         click.option("--cuda-graph", is_flag=True,
                      help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),

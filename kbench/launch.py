@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 import sys
 
-DEFAULT_PROCESSES = 2   # --processes: worker processes per target on a GPU (docs/measurement.md)
+# --processes: worker processes per target on a GPU, each case timed in PROCESSES_PER_CASE of
+# them round the pool (docs/measurement.md, "Processes").
+DEFAULT_PROCESSES = 4
+PROCESSES_PER_CASE = 2
 
 
 def _value(args: list[str], name: str) -> str | None:

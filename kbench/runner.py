@@ -21,7 +21,7 @@ from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
 from .interface import TASK
-from .launch import DEFAULT_PROCESSES
+from .launch import DEFAULT_PROCESSES, PROCESSES_PER_CASE
 from .protocol import Failure
 from .records import WorstError, case_record, run_record
 from .suites import Case
@@ -42,7 +42,7 @@ class Options:
     warmup_ms: float = 25.0
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
-    processes: int | None = None       # worker processes per target (None: 2 on CUDA, 1 on CPU)
+    processes: int | None = None       # worker processes per target (None: 4 on CUDA, 1 on CPU)
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
 
@@ -101,10 +101,11 @@ class Runner:
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
         self.notes: list[str] = []
-        # Every target is timed in this many worker processes (docs/measurement.md, "Processes").
-        self.processes = options.process_count
+        # Every target has a pool of worker processes and each case is timed in this many of
+        # them (docs/measurement.md, "Processes").
+        self.processes = min(PROCESSES_PER_CASE, options.process_count)
         stop = options.stop
-        # At least three timed calls in every process before a target may stop.
+        # At least three timed calls in every process of the case before a target may stop.
         self.stop = dataclasses.replace(stop, min_samples=min(max(stop.min_samples, 3 * self.processes),
                                                               stop.max_samples))
 
@@ -286,9 +287,11 @@ class Runner:
         record["gate_ms"] = round(timing.summarize(sub_series.gate).median, 3)
         # Each process's own median (ms): how far apart the processes were.
         record["latency_by_process_ms"] = [round(p.median, 6) for p in pooled.per_process]
+        record["process_ids"] = sub.window   # which of the pool's processes, in that order
         if base_summary:
             record["baseline_gate_ms"] = round(timing.summarize(b.gate).median, 3)
             record["baseline_by_process_ms"] = [round(p.median, 6) for p in base_pooled.per_process]
+            record["baseline_process_ids"] = base.window
         return record
 
     # -- the whole run ------------------------------------------------------------------
@@ -318,6 +321,9 @@ class Runner:
             records = []
             for i, case in enumerate(cases):
                 self._say(f"[{i + 1}/{len(cases)}] {case.name}")
+                for target in (sub, base):
+                    if target is not None:
+                        target.begin_case(i)
                 case_start = time.perf_counter()
                 records.append(self.run_case(case, sub, base))
                 records[-1]["wall_s"] = round(time.perf_counter() - case_start, 2)
@@ -371,7 +377,7 @@ class Runner:
 
     def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:
         return Replicas([Target(label, self.task, path, self.options, flush, strict)
-                         for _ in range(self.processes)])
+                         for _ in range(self.options.process_count)], self.processes)
 
 
 # CPU tensors cross between processes as file descriptors sent over a Unix socket, which

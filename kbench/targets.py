@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import protocol
 from .detectors import tripwire_flags
+from .launch import PROCESSES_PER_CASE
 from .protocol import Failure
 from .tasks import Task
 from .worker_process import WorkerProcess
@@ -117,18 +118,31 @@ class Target:
 
 
 class Replicas:
-    """One submission or baseline timed in several worker processes (``--processes``): each
-    process has a fixed offset of its own (launch gaps, ~1% on the H100), which only more
-    processes average out. The first checked call goes to the first process; timed calls go
-    round the processes."""
+    """One submission or baseline in a pool of worker processes (``--processes``). Each process
+    has a fixed offset of its own (launch gaps, ~1% on the H100) that only more processes
+    average out. A case is timed in ``per_case`` of them, taking turns, and the next case in
+    the next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a suite's
+    geomean averages over the whole pool (docs/measurement.md, "Processes")."""
 
-    def __init__(self, members: list[Target]):
+    def __init__(self, members: list[Target], per_case: int = PROCESSES_PER_CASE):
         self.members = members
         self.label = members[0].label
         self.strict = members[0].strict
+        self.per_case = max(1, min(per_case, len(members)))
+        self.first = 0   # the pool index of this case's first process
 
     def __len__(self) -> int:
-        return len(self.members)
+        """Processes per case."""
+        return self.per_case
+
+    def begin_case(self, index: int) -> None:
+        """Case ``index`` (0-based, in run order) goes to the next ``per_case`` processes."""
+        self.first = index * self.per_case % len(self.members)
+
+    @property
+    def window(self) -> list[int]:
+        """This case's processes, as indices into the pool."""
+        return [(self.first + i) % len(self.members) for i in range(self.per_case)]
 
     @property
     def load_failure(self) -> Failure | None:
@@ -145,19 +159,21 @@ class Replicas:
             m.start(setup_cases)
 
     def ready(self) -> Failure | None:
-        """Wait for the first process (the one that takes the first checked call)."""
-        return self.members[0].ready()
+        """Wait for this case's first process (the one that takes the first checked call)."""
+        return self.members[self.first].ready()
 
     def ensure_running(self, every: bool = False) -> Failure | None:
-        """The first process (``every``: all of them) running, or the load failure."""
-        for m in self.members if every else self.members[:1]:
-            failure = m.ensure_running()
+        """This case's first process (``every``: all of its processes) running, or the load
+        failure."""
+        for i in self.window if every else self.window[:1]:
+            failure = self.members[i].ensure_running()
             if failure:
                 return failure
         return None
 
     def request(self, message, what: str, process: int = 0):
-        return self.members[process].request(message, what)
+        """To this case's ``process``-th process."""
+        return self.members[self.window[process]].request(message, what)
 
     def take_flags(self) -> list[str]:
         out = []

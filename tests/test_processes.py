@@ -3,8 +3,10 @@ its interval includes how far apart they are (kbench/timing.py ``pool``, docs/me
 import pytest
 
 from helpers import FIXTURES, cpu_options
+from kbench import protocol
 from kbench.compare import compare_cases
 from kbench.runner import Runner
+from kbench.targets import Target
 from kbench.tasks import get_task
 from kbench.timing import PROCESS_REL, StopRule, pool
 from kbench.worker_process import WorkerProcess
@@ -58,7 +60,35 @@ def test_a_run_times_every_target_round_the_processes(monkeypatch):
     run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
     case = run["cases"][0]
     assert case["status"] == "passed", case["reason"]
-    assert len(starts) == 2 and run["timing"]["processes"] == 2
+    assert len(starts) == 2 and run["timing"]["processes"] == 2 and case["process_ids"] == [0, 1]
     # at least three timed calls in each process before the target may stop
     assert case["samples"] == 6 and len(case["latency_by_process_ms"]) == 2
     assert case["latency_ms"] == pytest.approx(sum(case["latency_by_process_ms"]) / 2, rel=1e-4)
+
+
+def test_cases_take_turns_round_the_pool(monkeypatch):
+    # a pool of three: each case is timed in two of them, the next case in the next two
+    timed_by, current = [], set()
+    real_request = Target.request
+
+    def request(self, message, what):
+        if isinstance(message, protocol.Call) and message.timed:
+            current.add(id(self))
+        return real_request(self, message, what)
+
+    def on_case(record):
+        timed_by.append(set(current))
+        current.clear()
+
+    monkeypatch.setattr(Target, "request", request)
+    cases = ("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16", "b2_q3_kv1_d256_bf16")
+    options = cpu_options(processes=3, only=cases, warmup_ms=1.0, on_case=on_case,
+                          stop=StopRule(noise=0.5, min_samples=2, max_samples=6, budget_s=0.5))
+    run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
+    assert [c["status"] for c in run["cases"]] == ["passed"] * 3, [c["reason"] for c in run["cases"]]
+    assert run["timing"]["processes"] == 3 and run["timing"]["processes_per_case"] == 2
+    assert [c["process_ids"] for c in run["cases"]] == [[0, 1], [2, 0], [1, 2]]
+    # the timed calls really went to two processes per case, and the three cases used all three
+    assert [len(t) for t in timed_by] == [2, 2, 2]
+    assert len(set().union(*timed_by)) == 3 and timed_by[0] != timed_by[1] != timed_by[2]
+    assert all(c["samples"] == 6 and len(c["latency_by_process_ms"]) == 2 for c in run["cases"])
