@@ -159,7 +159,12 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
 
 
 def _processes(run: dict) -> int:
-    return run.get("timing", {}).get("processes", 1)
+    """How many processes a run's geomean averages over: the pool, or fewer when too few
+    cases went round it (each case takes ``processes_per_case`` of them)."""
+    timing = run.get("timing", {})
+    pool = timing.get("processes", 1)
+    per_case = timing.get("processes_per_case", pool)
+    return max(1, min(pool, per_case * len(run.get("cases", []))))
 
 
 def compare_interleaved(run: dict) -> dict:

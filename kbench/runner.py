@@ -42,7 +42,7 @@ class Options:
     warmup_ms: float = 25.0
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
-    processes: int | None = None       # worker processes per target (None: 4 on CUDA, 1 on CPU)
+    processes: int | None = None       # worker processes per target (None: 2 on CUDA, 1 on CPU)
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
 

@@ -5,7 +5,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kbench.launch import _gpu_children, _workers_needed
+from kbench.launch import DEFAULT_PROCESSES, _gpu_children, _workers_needed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def test_workers_started_first_match_the_command():
 
 
 def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers():
-    assert _gpu_children(["eval", "a", "b", "--gpus", "all", "--device", "cuda"]) == ("all", 4)
+    assert _gpu_children(["eval", "a", "b", "--gpus", "all", "--device", "cuda"]) == ("all", 2 * DEFAULT_PROCESSES)
     assert _gpu_children(["eval", "a", "--gpus=0,1", "--device", "cuda", "--baseline", "none",
                           "--processes", "3"]) == ("0,1", 3)
     assert _gpu_children(["eval", "a", "--gpus", "all", "--device", "cpu"]) is None
@@ -83,7 +83,7 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
 
 
 def test_a_gpu_run_starts_every_process_of_every_target_first():
-    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda"]) == 4
+    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
     assert _workers_needed(["eval", "submissions/qknorm", "--device=cuda", "--processes", "3"]) == 6
     assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
     assert _workers_needed(["eval", "x", "--device", "cuda", "--baseline", "none", "--processes", "4"]) == 4
