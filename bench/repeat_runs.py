@@ -1,0 +1,120 @@
+"""The same `kbench eval` run N times in a row, per variant: how far a whole run's geomean
+moves from run to run, and whether the move is shared by the run's processes (a run-level
+shift) or is one process off (a process offset).
+
+    python3 bench/repeat_runs.py qknorm --suite full --runs 4 --out /tmp/rr \
+        --variant default= --variant nobase=--baseline,none --variant pool4=--processes,4
+    python3 bench/repeat_runs.py --summarize /tmp/rr     # the tables again, from the JSON
+
+A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The runs of the
+variants alternate (run 1 of each, then run 2 of each...), so a drift of the card over the
+session hits them all. Per run: the submission's and the baseline's geomean over the cases,
+and each pool process's mean offset from the case figures it took part in; per variant: the
+largest and the standard deviation of the runs' geomeans, and the largest ratio between two
+runs (what `kbench compare a.json b.json` calls the geomean ratio).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def run_figures(run: dict) -> dict:
+    """One run's geomeans (us) and each pool process's mean offset (%) from its cases' figures."""
+    cases = [c for c in run["cases"] if c.get("latency_ms")]
+    out = {"sub_us": 1e3 * geomean([c["latency_ms"] for c in cases]) if cases else None, "base_us": None,
+           "sub_process_pct": {}, "base_process_pct": {}}
+    timed = [c for c in cases if c.get("baseline_latency_ms")]
+    if timed:
+        out["base_us"] = 1e3 * geomean([c["baseline_latency_ms"] for c in timed])
+    for prefix, field, key in (("latency", "latency_ms", "sub_process_pct"),
+                               ("baseline", "baseline_latency_ms", "base_process_pct")):
+        offsets = defaultdict(list)
+        for c in cases:
+            ids = c.get("process_ids" if prefix == "latency" else "baseline_process_ids") or []
+            medians = c.get(f"{prefix}_by_process_ms") or []
+            for pid, median in zip(ids, medians):
+                offsets[pid].append(math.log(median / c[field]))
+        out[key] = {pid: round(100 * statistics.fmean(v), 2) for pid, v in sorted(offsets.items())}
+    return out
+
+
+def spread(values: list[float]) -> dict:
+    """Run-to-run spread of one variant's geomeans: max/min ratio and the SD in percent."""
+    values = [v for v in values if v]
+    if len(values) < 2:
+        return {"runs": len(values), "max_ratio": None, "sd_pct": None}
+    logs = [math.log(v) for v in values]
+    return {"runs": len(values), "max_ratio": round(max(values) / min(values), 4),
+            "sd_pct": round(100 * statistics.stdev(logs), 2)}
+
+
+def summarize(folder: Path) -> dict:
+    """Every variant's runs, read back from ``folder``/VARIANT-N.json."""
+    by_variant = defaultdict(list)
+    for path in sorted(folder.glob("*.json"), key=lambda p: (p.stem.rsplit("-", 1)[0], int(p.stem.rsplit("-", 1)[1]))):
+        variant, _ = path.stem.rsplit("-", 1)
+        by_variant[variant].append(run_figures(json.loads(path.read_text())))
+    return {v: {"runs": runs, "sub": spread([r["sub_us"] for r in runs]),
+                "base": spread([r["base_us"] for r in runs])} for v, runs in by_variant.items()}
+
+
+def report(summary: dict) -> None:
+    for variant, s in summary.items():
+        print(f"== {variant}: submission runs {s['sub']}, baseline runs {s['base']}")
+        for i, r in enumerate(s["runs"], 1):
+            base = f"{r['base_us']:.4f}" if r["base_us"] else "-"
+            print(f"  run {i}: submission {r['sub_us']:.4f} us (processes {r['sub_process_pct']}), "
+                  f"baseline {base} us (processes {r['base_process_pct']})")
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    name, _, args = text.partition("=")
+    if not name or "-" in name or "/" in name:
+        raise argparse.ArgumentTypeError(f"variant {text!r}: NAME=ARGS, a NAME without '-' or '/'")
+    return name, [a for a in args.split(",") if a]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task", nargs="?")
+    ap.add_argument("--suite", default="full")
+    ap.add_argument("--submission", default=None, help="default: submissions/<task>")
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--variant", type=parse_variant, action="append", default=None)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--summarize", type=Path, help="print the tables from an earlier --out folder")
+    args = ap.parse_args()
+    if args.summarize:
+        report(summarize(args.summarize))
+        return 0
+    if not args.task or not args.out:
+        ap.error("a task and --out are needed (or --summarize FOLDER)")
+    variants = args.variant or [("default", [])]
+    args.out.mkdir(parents=True, exist_ok=True)
+    submission = args.submission or f"submissions/{args.task}"
+    for i in range(1, args.runs + 1):
+        for name, extra in variants:
+            path = args.out / f"{name}-{i}.json"
+            began = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "kbench", "eval", submission, "--suite", args.suite,
+                                   "--json", str(path), "-q", *extra], capture_output=True, text=True)
+            (args.out / f"{name}-{i}.log").write_text(done.stdout + done.stderr)
+            print(f"{name} run {i}: exit {done.returncode}, {time.perf_counter() - began:.1f} s", flush=True)
+    report(summarize(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
