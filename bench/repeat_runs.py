@@ -3,7 +3,7 @@ moves from run to run, and whether the move is shared by the run's processes (a 
 shift) or is one process off (a process offset).
 
     python3 bench/repeat_runs.py qknorm --suite full --runs 4 --out /tmp/rr \
-        --variant default= --variant nobase=--baseline,none --variant pool4=--processes,4
+        --variant default= --variant nobase=--baseline,none --variant pool4=--pool,4
     python3 bench/repeat_runs.py --summarize /tmp/rr     # the tables again, from the JSON
 
 A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The runs of the

@@ -19,7 +19,7 @@ from .timing import StopRule
 # CPU mode: timings are not meaningful there, a few calls are enough
 CPU_CAPS = {"budget": 1.0, "min_samples": 3, "max_samples": 3, "processes": 1}
 RUN_OPTIONS = ("task_name", "suite", "only", "device", "seed", "timeout", "noise", "budget", "min_samples",
-               "max_samples", "cuda_graph", "processes")
+               "max_samples", "cuda_graph", "processes", "pool")
 
 
 class UsageProblem(click.ClickException):
@@ -55,9 +55,13 @@ def run_options(fn):
         click.option("--max-samples", type=int, default=StopRule.max_samples, show_default=True,
                      help="CPU mode: at most 3."),
         click.option("--processes", type=click.IntRange(1, 8), default=DEFAULT_PROCESSES, show_default=True,
-                     help="Worker processes per submission and baseline. Each case is timed in two of them, "
-                          "the next case in the next two round the pool; its figure is the mean of their "
-                          "medians, its interval includes their spread (CUDA only; CPU mode uses one)."),
+                     help="Worker processes per submission and baseline that time each case; its figure is "
+                          "the mean of their medians, its interval includes their spread (CUDA only; CPU "
+                          "mode uses one)."),
+        click.option("--pool", type=click.IntRange(1, 8), default=None,
+                     help="Worker processes per submission and baseline in all (default: --processes): each "
+                          "case goes to the next --processes of them round the pool, so a suite's geomean "
+                          "averages more processes at the same cost a case (CUDA only)."),
         click.option("--cuda-graph", is_flag=True,
                      help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
@@ -145,7 +149,8 @@ def options(kw: dict, device: str, progress: Progress, **extra) -> Options:
                    only=kw["only"] or None, timeout=kw["timeout"], seed=kw["seed"],
                    stop=StopRule(noise=kw["noise"], min_samples=stop["min_samples"],
                                  max_samples=stop["max_samples"], budget_s=stop["budget"]),
-                   cuda_graph=kw["cuda_graph"], processes=stop["processes"], progress=progress, **extra)
+                   cuda_graph=kw["cuda_graph"], processes=stop["processes"],
+                   pool=None if device == "cpu" else kw["pool"], progress=progress, **extra)
 
 
 def detect(path: Path) -> Task:

@@ -159,11 +159,11 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
 
 
 def _processes(run: dict) -> int:
-    """How many processes a run's geomean averages over: the pool, or fewer when too few
-    cases went round it (each case takes ``processes_per_case`` of them)."""
+    """How many processes a run's geomean averages over: its pool, or fewer when too few
+    cases went round it (each case takes ``processes`` of them)."""
     timing = run.get("timing", {})
-    pool = timing.get("processes", 1)
-    per_case = timing.get("processes_per_case", pool)
+    per_case = timing.get("processes", 1)
+    pool = timing.get("pool", per_case)
     return max(1, min(pool, per_case * len(run.get("cases", []))))
 
 

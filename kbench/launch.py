@@ -8,12 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-# --processes: worker processes per target on a GPU, each case timed in PROCESSES_PER_CASE of
-# them round the pool (docs/measurement.md, "Processes"). A pool of four narrowed the spread of
-# qknorm's run geomean in quiet probes on the H100 but not in the acceptance sequence, and cost
-# 3-8 s a run on mla_decode and block_sparse_attn: the default stays two.
-DEFAULT_PROCESSES = 2
-PROCESSES_PER_CASE = 2
+DEFAULT_PROCESSES = 2   # --processes: worker processes per target and case on a GPU (docs/measurement.md)
 
 
 def _value(args: list[str], name: str) -> str | None:
@@ -37,9 +32,10 @@ def _workers_per_run(args: list[str]) -> int:
     targets = 1 if args[0] == "eval" and _value(args, "--baseline") == "none" else 2
     try:
         processes = int(_value(args, "--processes") or DEFAULT_PROCESSES) if _on_gpu(args) else 1
+        pool = int(_value(args, "--pool") or 0) if _on_gpu(args) else 0
     except ValueError:
-        processes = 1   # click reports the bad value
-    return targets * min(max(processes, 1), 8)
+        processes, pool = 1, 0   # click reports the bad value
+    return targets * min(max(processes, pool, 1), 8)
 
 
 def _on_gpu(args: list[str]) -> bool:

@@ -9,7 +9,6 @@ from . import __version__, native
 from .check import CheckResult
 from .detectors import below_floor
 from .interface import TASK
-from .launch import PROCESSES_PER_CASE
 
 STATUSES = ("passed", "mismatch", "invalid", "error", "crash", "timeout", "lost")
 # Not the submission's doing: the GPU or node running the case was lost, twice (kbench/fanout.py).
@@ -143,10 +142,10 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             "noise_target": options.stop.noise, "min_samples": options.stop.min_samples,
             "max_samples": options.stop.max_samples, "budget_s_per_case": options.stop.budget_s,
             "root_seed": options.seed,
-            # worker processes per target; each case is timed in processes_per_case of them
-            # (the mean of their medians), the next case in the next ones round the pool
+            # worker processes per target that time each case (its figure: the mean of their
+            # medians), taken in turn from a pool of this many
             "processes": options.process_count,
-            "processes_per_case": min(PROCESSES_PER_CASE, options.process_count),
+            "pool": options.pool_size,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

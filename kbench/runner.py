@@ -21,7 +21,7 @@ from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
 from .interface import TASK
-from .launch import DEFAULT_PROCESSES, PROCESSES_PER_CASE
+from .launch import DEFAULT_PROCESSES
 from .protocol import Failure
 from .records import WorstError, case_record, run_record
 from .suites import Case
@@ -42,7 +42,8 @@ class Options:
     warmup_ms: float = 25.0
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
-    processes: int | None = None       # worker processes per target (None: 2 on CUDA, 1 on CPU)
+    processes: int | None = None       # worker processes per target and case (None: 2 on CUDA, 1 on CPU)
+    pool: int | None = None            # worker processes per target in all (None: ``processes``)
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
 
@@ -51,6 +52,10 @@ class Options:
         if self.processes is not None:
             return max(1, self.processes)
         return DEFAULT_PROCESSES if self.device == "cuda" else 1
+
+    @property
+    def pool_size(self) -> int:
+        return max(self.pool or 1, self.process_count)
 
 
 def derive_seed(*parts) -> int:
@@ -101,9 +106,9 @@ class Runner:
         # the timed inputs ahead from the public (or even the --seed) case seeds.
         self.nonce = secrets.randbits(62)
         self.notes: list[str] = []
-        # Every target has a pool of worker processes and each case is timed in this many of
-        # them (docs/measurement.md, "Processes").
-        self.processes = min(PROCESSES_PER_CASE, options.process_count)
+        # Each case is timed in this many of a target's worker processes, the next case in the
+        # next ones round its pool (docs/measurement.md, "Processes").
+        self.processes = options.process_count
         stop = options.stop
         # At least three timed calls in every process of the case before a target may stop.
         self.stop = dataclasses.replace(stop, min_samples=min(max(stop.min_samples, 3 * self.processes),
@@ -377,7 +382,7 @@ class Runner:
 
     def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:
         return Replicas([Target(label, self.task, path, self.options, flush, strict)
-                         for _ in range(self.options.process_count)], self.processes)
+                         for _ in range(self.options.pool_size)], self.processes)
 
 
 # CPU tensors cross between processes as file descriptors sent over a Unix socket, which

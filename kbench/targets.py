@@ -9,7 +9,6 @@ from pathlib import Path
 
 from . import protocol
 from .detectors import tripwire_flags
-from .launch import PROCESSES_PER_CASE
 from .protocol import Failure
 from .tasks import Task
 from .worker_process import WorkerProcess
@@ -118,13 +117,13 @@ class Target:
 
 
 class Replicas:
-    """One submission or baseline in a pool of worker processes (``--processes``). Each process
-    has a fixed offset of its own (launch gaps, ~1% on the H100) that only more processes
-    average out. A case is timed in ``per_case`` of them, taking turns, and the next case in
-    the next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a suite's
-    geomean averages over the whole pool (docs/measurement.md, "Processes")."""
+    """One submission or baseline in a pool of worker processes (``--pool``). Each process has
+    a fixed offset of its own (launch gaps, ~1% on the H100) that only more processes average
+    out. A case is timed in ``per_case`` of them (``--processes``), taking turns, and the next
+    case in the next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a
+    suite's geomean averages over the whole pool (docs/measurement.md, "Processes")."""
 
-    def __init__(self, members: list[Target], per_case: int = PROCESSES_PER_CASE):
+    def __init__(self, members: list[Target], per_case: int):
         self.members = members
         self.label = members[0].label
         self.strict = members[0].strict

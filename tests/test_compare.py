@@ -308,7 +308,8 @@ def test_run_options_with_two_saved_results_are_said_to_be_ignored(tmp_path):
 
 def test_a_pool_of_processes_narrows_the_geomean_only_once_the_cases_go_round_it():
     from kbench.compare import _processes
-    run = {"timing": {"processes": 4, "processes_per_case": 2}, "cases": [{}] * 20}
+    run = {"timing": {"processes": 2, "pool": 4}, "cases": [{}] * 20}
     assert _processes(run) == 4
     assert _processes({**run, "cases": [{}]}) == 2          # one case: two processes timed it
     assert _processes({"timing": {"processes": 2}, "cases": [{}] * 5}) == 2   # saved before pools
+    assert _processes({"timing": {"processes": 8, "pool": 8}, "cases": [{}] * 3}) == 8

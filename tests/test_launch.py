@@ -87,5 +87,8 @@ def test_a_gpu_run_starts_every_process_of_every_target_first():
     assert _workers_needed(["eval", "submissions/qknorm", "--device=cuda", "--processes", "3"]) == 6
     assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
     assert _workers_needed(["eval", "x", "--device", "cuda", "--baseline", "none", "--processes", "4"]) == 4
+    # --pool: every process of the pool, started first
+    assert _workers_needed(["eval", "x", "--device", "cuda", "--pool", "4"]) == 8
+    assert _workers_needed(["eval", "x", "--device", "cuda", "--pool=1", "--processes", "3"]) == 6
     # CPU mode times every target in one process, whatever --processes says
     assert _workers_needed(["eval", "x", "--device", "cpu", "--processes", "4"]) == 2

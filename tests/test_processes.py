@@ -82,11 +82,11 @@ def test_cases_take_turns_round_the_pool(monkeypatch):
 
     monkeypatch.setattr(Target, "request", request)
     cases = ("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16", "b2_q3_kv1_d256_bf16")
-    options = cpu_options(processes=3, only=cases, warmup_ms=1.0, on_case=on_case,
+    options = cpu_options(processes=2, pool=3, only=cases, warmup_ms=1.0, on_case=on_case,
                           stop=StopRule(noise=0.5, min_samples=2, max_samples=6, budget_s=0.5))
     run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
     assert [c["status"] for c in run["cases"]] == ["passed"] * 3, [c["reason"] for c in run["cases"]]
-    assert run["timing"]["processes"] == 3 and run["timing"]["processes_per_case"] == 2
+    assert run["timing"]["processes"] == 2 and run["timing"]["pool"] == 3
     assert [c["process_ids"] for c in run["cases"]] == [[0, 1], [2, 0], [1, 2]]
     # the timed calls really went to two processes per case, and the three cases used all three
     assert [len(t) for t in timed_by] == [2, 2, 2]
