@@ -25,9 +25,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from kbench.records import geomean  # noqa: E402
 
 
 def run_figures(run: dict) -> dict:

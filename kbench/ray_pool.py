@@ -70,11 +70,11 @@ def remove_stale_folders(parent: str | None = None) -> list[str]:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)   # PermissionError: another user's process, alive, not ours to judge
     except ProcessLookupError:
         return False
-    except PermissionError:   # another user's process: alive, and not ours to judge
-        return True
+    except PermissionError:
+        pass
     return True
 
 

@@ -74,8 +74,9 @@ def _attend(q, k, v, row_ptr, col_idx, seq_lens):
     mask = build_block_mask(row_ptr, col_idx, seq_lens, q.shape[2])
     if AuxRequest is not None:
         o, aux = flex_attention(q, k, v, block_mask=mask, return_aux=AuxRequest(lse=True))
-        return o.to(torch.bfloat16), aux.lse.float()
-    o, lse = flex_attention(q, k, v, block_mask=mask, return_lse=True)
+        lse = aux.lse
+    else:
+        o, lse = flex_attention(q, k, v, block_mask=mask, return_lse=True)
     return o.to(torch.bfloat16), lse.float()
 
 
