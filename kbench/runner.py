@@ -99,11 +99,8 @@ class _Series:
 class Runner:
     def __init__(self, task: Task, options: Options):
         self.task = task
-        self.module = task.module
-        task_pool = TASK.get(self.module, "GPU_POOL")
-        if options.pool is None and options.device == "cuda" and task_pool:
-            options = dataclasses.replace(options, pool=task_pool)   # the task's default pool
         self.options = options
+        self.module = task.module
         self.mutable = set(TASK.get(self.module, "MUTABLE_INPUTS"))
         # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
         # the timed inputs ahead from the public (or even the --seed) case seeds.

@@ -92,15 +92,3 @@ def test_cases_take_turns_round_the_pool(monkeypatch):
     assert [len(t) for t in timed_by] == [2, 2, 2]
     assert len(set().union(*timed_by)) == 3 and timed_by[0] != timed_by[1] != timed_by[2]
     assert all(c["samples"] == 6 and len(c["latency_by_process_ms"]) == 2 for c in run["cases"])
-
-
-def test_a_tasks_gpu_pool_is_the_default_pool_on_a_gpu_only():
-    # qknorm's kernels take microseconds: four processes per target unless --pool says otherwise
-    task = get_task("qknorm")
-    assert task.module.GPU_POOL == 4
-    assert Runner(task, cpu_options(device="cuda")).options.pool_size == 4
-    assert Runner(task, cpu_options(device="cuda", pool=2)).options.pool_size == 2
-    assert Runner(task, cpu_options(device="cuda", processes=8)).options.pool_size == 8
-    assert Runner(task, cpu_options()).options.pool_size == 1
-    # a task without GPU_POOL keeps --processes' default
-    assert Runner(get_task("mla_decode"), cpu_options(device="cuda")).options.pool_size == 2

@@ -15,11 +15,6 @@ from kbench.check import combine, compare
 DESCRIPTION = "RMSNorm of q and k heads read in place from a fused QKV tensor (Frontier-CS)"
 EPS = 1e-6          # flashinfer's default; the original never passes it
 RTOL, ATOL = 1e-2, 5e-3
-# Four worker processes per target on a GPU, each case timed in two of them in turn: every
-# process runs these 4-8 us kernels about 1% faster or slower than another for its whole life,
-# so with two a full run's geomean moved by 0.5-0.8% (SD) from run to run on the H100, with
-# four by 0.3-0.4% (docs/measurement.md, "Processes").
-GPU_POOL = 4
 BASELINES = {
     "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",)},
     "torch": {"path": "baseline_torch.py", "devices": ("cpu", "cuda")},
