@@ -1,6 +1,6 @@
 """How often the exact answer, rounded, fails a suite's own check (kbench/health.py).
 
-    python bench/suite_health.py mla_decode smoke --seeds 1000 [--device cuda]
+    python bench/suite_health.py mla_decode smoke --seeds 1000 [--device cuda] [--case NAME ...]
 
 Prints per case the misses over the seeds; any miss means the case rejects a perfect
 kernel on some inputs. Backs tests/test_suite_health.py and the figures in docs/tasks.md.
@@ -14,6 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kbench.health import exact_answer_misses, health_seeds  # noqa: E402
+from kbench.errors import KbenchError  # noqa: E402
+from kbench.suites import select_cases  # noqa: E402
 from kbench.tasks import get_task  # noqa: E402
 
 
@@ -23,10 +25,16 @@ def main() -> int:
     ap.add_argument("suite")
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--case", action="append", help="only this case (repeatable)")
     args = ap.parse_args()
     task = get_task(args.task)
     status = 0
-    for case in task.suite(args.suite).cases:
+    try:
+        cases = select_cases(task.suite(args.suite), tuple(args.case or ()))
+    except KbenchError as exc:
+        print(f"suite_health: {exc}", file=sys.stderr)
+        return 2
+    for case in cases:
         start = time.perf_counter()
         misses, first = exact_answer_misses(task.module, case, health_seeds(case, args.seeds), args.device)
         print(f"{args.task} {args.suite} {case.name}: {misses}/{args.seeds} seeds fail "
