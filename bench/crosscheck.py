@@ -49,6 +49,14 @@ class Plain:
         return tuple(self.contract.call(self.entry, args))
 
 
+def set_up(task, targets, cases) -> None:
+    """The contract's setup (compilation ahead of the cases), as a worker runs it at load."""
+    setup = getattr(task.contract, "setup", None)
+    if setup is not None:
+        for t in targets:
+            setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
+
+
 def do_bench_ms(target: Plain, inputs: dict) -> float:
     import triton.testing
 
@@ -148,10 +156,7 @@ def main() -> int:
     cases = task.suite(args.suite).cases
     if args.cases:
         cases = [c for c in cases if c.name in args.cases.split(",")]
-    setup = getattr(task.contract, "setup", None)
-    if setup is not None:
-        for t in targets:
-            setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
+    set_up(task, targets, cases)
     stop = StopRule(budget_s=args.budget, noise=args.noise)
     rows = []
     for case in cases:

@@ -42,10 +42,7 @@ def main() -> None:
     if baselines:
         targets.insert(0, crosscheck.Plain("baseline", task, next(iter(baselines.values()))))
     cases = task.suite(args.suite).cases
-    setup = getattr(task.contract, "setup", None)
-    if setup is not None:
-        for t in targets:
-            setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
+    crosscheck.set_up(task, targets, cases)
     stop = crosscheck.StopRule(budget_s=args.budget, noise=args.noise)
     began = time.time()
     for r in range(args.rounds):

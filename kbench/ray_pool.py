@@ -70,10 +70,10 @@ def remove_stale_folders(parent: str | None = None) -> list[str]:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)   # PermissionError: another user's process, alive, not ours to judge
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:   # another user's process: alive, and not ours to judge
         pass
     return True
 

@@ -118,10 +118,11 @@ class Target:
 
 class Replicas:
     """One submission or baseline in a pool of worker processes (``--pool``). Each process has
-    a fixed offset of its own (launch gaps, ~1% on the H100) that only more processes average
-    out. A case is timed in ``per_case`` of them (``--processes``), taking turns, and the next
-    case in the next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a
-    suite's geomean averages over the whole pool (docs/measurement.md, "Processes")."""
+    a fixed offset of its own (~1% on the H100, drawn when it starts; the processes of one run
+    often draw alike, so more of them narrow a case's spread more than a run's). A case is
+    timed in ``per_case`` of them (``--processes``), taking turns, and the next case in the
+    next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a suite's
+    geomean averages over the whole pool (docs/measurement.md, "Processes")."""
 
     def __init__(self, members: list[Target], per_case: int):
         self.members = members
