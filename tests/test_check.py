@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from kbench.check import combine, compare
@@ -70,3 +71,55 @@ def test_combine_keeps_first_failure_and_counts_the_rest():
     r = combine([ok, bad1, bad2])
     assert r.status == "mismatch" and r.reason.startswith("b:") and "(+1 more outputs failing)" in r.reason
     assert combine([ok, ok]).passed
+
+
+def _cases():
+    """(out, ref, rtol, atol): few or many elements differing, NaN, inf, exact ties."""
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(6, 50, 40, generator=g).to(torch.bfloat16)
+    ref[0, 0, :3] = torch.tensor([float("inf"), float("-inf"), float("nan")])
+    few = ref.clone()
+    few[2, 7, 1] += 1.0                      # out of tolerance
+    few[4, 49, 39] = float("nan")            # NaN where the reference is finite
+    few[5, 3, 2] += few[5, 3, 2].abs() * 0.004  # within tolerance, but not bit-equal
+    many = (ref.float() + 0.002 * torch.randn(ref.shape, generator=g)).to(torch.bfloat16)
+    many[0, 0, :3] = ref[0, 0, :3]
+    many[1, 1, 1] = -many[1, 1, 1] - 1
+    wrong_inf = ref.clone()
+    wrong_inf[0, 0, 1] = float("inf")
+    return [(few, ref, 1e-2, 1e-3), (many, ref, 1e-2, 1e-3), (wrong_inf, ref, 1e-2, 1e-3),
+            (ref.clone(), ref, 0.0, 0.0), (ref.float().double() + 1e-9, ref.float().double(), 0.0, 1e-12)]
+
+
+def test_checking_only_the_differing_elements_changes_nothing(monkeypatch):
+    """The gathered path (few elements differ) and the whole-tensor path give the same verdict,
+    errors, count and positions."""
+    import kbench.check as check
+
+    for out, ref, rtol, atol in _cases():
+        fast = compare("y", out, ref, rtol=rtol, atol=atol)
+        monkeypatch.setattr(check, "GATHER_BELOW", 0.0)
+        whole = compare("y", out, ref, rtol=rtol, atol=atol)
+        monkeypatch.undo()
+        assert (fast.status, fast.reason, fast.details) == (whole.status, whole.reason, whole.details)
+        assert (fast.max_abs_err, fast.max_rel_err) == (whole.max_abs_err, whole.max_rel_err)
+
+
+def test_gathered_path_reports_the_few_bad_elements_where_they_are():
+    ref = torch.zeros(3, 4, 1000)
+    out = ref.clone()
+    out[2, 3, 999] = 5.0
+    out[0, 1, 2] = float("nan")
+    r = compare("kv", out, ref, rtol=1e-2, atol=1e-3)
+    assert r.status == "mismatch" and r.details["bad_elements"] == 2
+    assert r.details["positions"] == [[0, 1, 2], [2, 3, 999]]
+    assert "1 NaN/inf" in r.reason
+    assert compare("kv", ref.clone(), ref, rtol=0, atol=0).max_abs_err == 0.0
+
+
+def test_a_nan_in_the_reference_gives_no_nan_error():
+    ref = torch.tensor([float("nan"), 1.0, float("-inf")])
+    r = compare("y", torch.tensor([float("nan"), 1.001, float("-inf")]), ref, rtol=1e-2, atol=1e-3)
+    assert r.passed and r.max_rel_err == pytest.approx(0.001, rel=1e-3) and not math.isnan(r.max_abs_err)
+    bad = compare("y", torch.tensor([1.0, 1.0, float("-inf")]), ref, rtol=1e-2, atol=1e-3)
+    assert bad.status == "mismatch" and not math.isnan(bad.max_rel_err)
