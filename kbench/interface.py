@@ -158,6 +158,10 @@ TASK = Interface("task.py", (
          "a timed call's inputs: the case's own structure (from `case[\"seed\"]`) with fresh values "
          "drawn from `seed` on the device, for tasks whose `generate` is slow on the host "
          "(block_sparse_attn); default: `generate` with the timed call's seed", required=False, args=3),
+    Name("generate_host", "generate_host(case: dict) -> dict",
+         "`generate(case, device)`'s inputs as host tensors (kbench moves them to the device), for "
+         "tasks whose `generate` draws on the host anyway: kbench then draws the next case's while "
+         "this one runs (block_sparse_attn's original generator: a second a case)", required=False, args=1),
     Name("roofline", "roofline(case: dict) -> dict",
          "`{\"bytes\": int, \"flops\": int}`: the fewest bytes to move and flops to do in one call; "
          "gives each case its GB/s, TFLOP/s and fraction of the card's limits", required=False, args=1),

@@ -20,6 +20,7 @@ import torch
 from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
+from .host_inputs import HostInputs
 from .interface import TASK
 from .launch import DEFAULT_PROCESSES
 from .protocol import Failure
@@ -113,6 +114,7 @@ class Runner:
         # At least three timed calls in every process of the case before a target may stop.
         self.stop = dataclasses.replace(stop, min_samples=min(max(stop.min_samples, 3 * self.processes),
                                                               stop.max_samples))
+        self.host_inputs: HostInputs | None = None   # the cases' first inputs, drawn ahead (run)
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -128,9 +130,12 @@ class Runner:
     def _make(self, case: Case, index: int):
         """Inputs, ground truth and a copy of every input the call must not change. Timed
         calls use the task's ``generate_timed`` where it has one (same distribution, made
-        on the device: a heavy task's host generator would dominate the run)."""
+        on the device: a heavy task's host generator would dominate the run); a first call
+        takes what ``generate_host`` drew ahead, where the task has it."""
         timed = TASK.get(self.module, "generate_timed") if index else None
-        if timed is not None:
+        if index == 0 and self.host_inputs is not None:
+            inputs = self.host_inputs.take(case.name, self.options.device)
+        elif timed is not None:
             inputs = timed(self._params(case), self.options.device, self._params(case, index)["seed"])
         else:
             inputs = self.module.generate(self._params(case, index), self.options.device)
@@ -315,6 +320,9 @@ class Runner:
         base = self._baseline_target(flush)
         sub = self._replicas(str(submission), path, flush)
         setup_cases = [self._params(c) for c in cases]
+        draw = TASK.get(self.module, "generate_host")
+        if draw is not None:   # from now on: the first case's inputs are drawn while the workers start
+            self.host_inputs = HostInputs(draw, [(c.name, p) for c, p in zip(cases, setup_cases)])
         watched = [str(Path(__file__).resolve().parent), str(self.task.code_dir), str(self.task.cases_path)]
         before = fingerprint(watched)
         began = time.perf_counter()
@@ -342,6 +350,9 @@ class Runner:
                 if isinstance(reply, Failure):
                     fatal = f"{reply.status}: {reply.reason}"
         finally:
+            if self.host_inputs is not None:
+                self.host_inputs.close()
+                self.host_inputs = None
             targets = [t for t in (sub, base) if t is not None]
             for target in targets:
                 target.ask_to_stop()

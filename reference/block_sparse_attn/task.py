@@ -55,6 +55,12 @@ def generate(case: dict, device: str) -> dict:
     return gen_mod.materialize(case_spec(case), device)
 
 
+def generate_host(case: dict) -> dict:
+    """`generate`'s inputs on the host: it draws them there (the original's CPU generator) and
+    only then moves them, so these moved to the device are the same tensors."""
+    return generate(case, "cpu")
+
+
 @functools.lru_cache(maxsize=4)
 def _structure(spec, device: str) -> tuple:
     """seq_lens, row_ptr and col_idx of a case, as the original draws them from its seed."""
