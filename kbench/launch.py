@@ -60,6 +60,21 @@ def _gpu_children(args: list[str]) -> tuple[str, int] | None:
     return (gpus, workers) if workers else None
 
 
+def _profile_parent() -> None:
+    """KBENCH_PROFILE_DIR: the command's own cost, as cProfile's DIR/parent-<pid>.prof (the
+    workers write theirs there too). Written by an atexit hook: the command ends with
+    os._exit, which a `python -m cProfile` around it would never see."""
+    folder = os.environ.get("KBENCH_PROFILE_DIR")
+    if not folder:
+        return
+    import atexit
+    import cProfile
+
+    profiler = cProfile.Profile()
+    atexit.register(lambda: (profiler.disable(), profiler.dump_stats(os.path.join(folder, f"parent-{os.getpid()}.prof"))))
+    profiler.enable()
+
+
 def main() -> None:
     from . import interrupts
 
@@ -74,6 +89,7 @@ def main() -> None:
         from . import gpu_slots
 
         gpu_slots.prestart(*children)
+    _profile_parent()
     try:
         from .cli import main as cli_main
 

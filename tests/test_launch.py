@@ -92,3 +92,21 @@ def test_a_gpu_run_starts_every_process_of_every_target_first():
     assert _workers_needed(["eval", "x", "--device", "cuda", "--pool=1", "--processes", "3"]) == 6
     # CPU mode times every target in one process, whatever --processes says
     assert _workers_needed(["eval", "x", "--device", "cpu", "--processes", "4"]) == 2
+
+
+def test_profile_dir_gets_the_commands_profile_and_each_workers(tmp_path):
+    """KBENCH_PROFILE_DIR: the parent's profile is written although the command ends with
+    os._exit, and the workers' too; each loads as cProfile output."""
+    import pstats
+
+    env = dict(os.environ, KBENCH_PROFILE_DIR=str(tmp_path))
+    run = subprocess.run([sys.executable, "-m", "kbench", "eval", "submissions/qknorm", "--device", "cpu",
+                          "--case", "b3_q5_kv2_d64_f16", "-q"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    names = sorted(p.name.split("-")[0] for p in tmp_path.glob("*.prof"))
+    assert names == ["parent", "worker", "worker"], names   # the submission and its baseline
+    for path in tmp_path.glob("*.prof"):
+        assert pstats.Stats(str(path)).total_calls > 0
+    parent = pstats.Stats(str(next(tmp_path.glob("parent-*.prof"))))
+    assert any(func[2] == "run_case" for func in parent.stats), "the parent's profile misses the runner"
