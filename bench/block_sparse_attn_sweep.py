@@ -53,17 +53,18 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"bundled CONFIGS={sub.CONFIGS}", flush=True)
 
-    bundled = {name: getattr(sub, name) for name in ("PV_MODE", "DIAG_MODE", "REVERSE", "TMA", "WS") if hasattr(sub, name)}
+    bundled = {name: getattr(sub, name) for name in ("PV_MODE", "DIAG_MODE", "REVERSE", "MAXNREG") if hasattr(sub, name)}
 
     def use(cfg):
         sub.CONFIGS = {"default": tuple(int(x) for x in cfg[:4])}
         for name, value in bundled.items():
             setattr(sub, name, value)
-        for item in cfg[4:]:   # NAME=value: a module constant of the submission (REVERSE=1, PV_MODE=fp16)
+        for item in cfg[4:]:   # NAME=value: a module constant of the submission (REVERSE=1, PV_MODE=fp16, MAXNREG=232)
             name, value = item.split("=")
-            setattr(sub, name, bool(int(value)) if value.isdigit() else value)
+            setattr(sub, name, int(value) if value.isdigit() else value)
 
     medians: dict[tuple, dict[str, float]] = {c: {} for c in configs}
+    reported = set()
     families: dict[str, str] = {}
     for case in task.suite(args.suite).cases:
         params = dict(case.params, seed=case.seed)
@@ -84,6 +85,13 @@ def main() -> int:
                 del medians[cfg]
                 continue
             fails[cfg] += not m.check(out, extra_expected, extra).passed
+            if case is task.suite(args.suite).cases[0]:   # what the config compiled to
+                for key, kernel in list(getattr(sub, "_COMPILED", {}).items()):
+                    if key not in reported:
+                        reported.add(key)
+                        print(f"{','.join(cfg)}: {getattr(kernel, 'n_regs', '?')} registers, "
+                              f"{getattr(kernel, 'n_spills', '?')} spilled, "
+                              f"{kernel.metadata.shared if hasattr(kernel, 'metadata') else '?'} B shared", flush=True)
         samples = {c: [] for c in configs}
         for _ in range(args.rounds):
             for cfg in configs:

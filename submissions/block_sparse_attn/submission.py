@@ -180,6 +180,10 @@ DIAG_MODE = "fp16"  # the diagonal block
 # Launch the query blocks of a head last-first (the heavy late rows first, the cheap first
 # rows and padded blocks in the tail): kbench compare said SAME (0.995, 0.985-1.005).
 REVERSE = False
+# ptxas's register cap per thread (0: Triton's default). At 232 the kernel still spills nothing
+# (254 registers by default) and kbench compare said FASTER on every full case, geomean 0.983
+# (0.973-0.993), 8 processes a side (H100, 2026-11-23; docs/benchmarks-block_sparse_attn.md).
+MAXNREG = 232
 
 
 def _interpreted() -> bool:
@@ -231,14 +235,14 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     key = None
     if FAST_LAUNCH and not interpreted and T % 16 == 0 and all(
             t.data_ptr() % 16 == 0 for t in (q, k, v, o, lse, row_ptr, col_idx, seq_lens)):
-        key = (block_m, block_n, warps, stages, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
+        key = (block_m, block_n, warps, stages, MAXNREG, D, PV_MODE, DIAG_MODE, REVERSE, q.device, q.dtype,
                row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
         kernel = _COMPILED.get(key)
         if kernel is not None and _run_direct(key, kernel, grid, q.device, args):
             return
     kernel = _bsa_fwd[grid](*args[:N_RUNTIME_ARGS], BLOCK_M=block_m, BLOCK_N=block_n, D=D, UPCAST=interpreted,
                             PV_MODE=PV[PV_MODE], DIAG_MODE=PV[DIAG_MODE], REVERSE=REVERSE,
-                            num_warps=warps, num_stages=stages)
+                            num_warps=warps, num_stages=stages, **({"maxnreg": MAXNREG} if MAXNREG else {}))
     if key is not None and kernel is not None and _ARG_COUNTS.get(key) != ():
         _COMPILED[key] = kernel
 
