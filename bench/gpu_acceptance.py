@@ -86,7 +86,23 @@ def eval_runs(task: str, suite: str, runs: int, out: Path, table: Table) -> list
     return paths
 
 
-def repeatability(task: str, a: Path, b: Path, out: Path, table: Table) -> None:
+def process_spread(runs: list[Path]) -> str:
+    """What the full runs say about their processes (bench/repeat_runs.py's components): the
+    evidence, run after run, on whether a run's processes share what moves its geomean."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import repeat_runs
+
+    try:   # a diagnostic: it never costs the table its row
+        c = repeat_runs.components([repeat_runs.run_figures(json.loads(p.read_text())) for p in runs if p.exists()])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return f"; processes: not read ({type(exc).__name__}: {exc})"
+    if c is None:
+        return ""
+    return (f"; {len(runs)} runs: per-process SD {c['process_sd_pct']}%, run SD {c['run_sd_pct']}%, "
+            f"shared {c['shared_var_pct2']} %^2")
+
+
+def repeatability(task: str, a: Path, b: Path, out: Path, table: Table, runs: list[Path] = ()) -> None:
     path = out / f"{task}-full-compare.json"
     code, _, tail = run(kbench("compare", str(a), str(b), "--json", str(path)), out, path.stem, 60)
     if not path.exists():
@@ -98,7 +114,8 @@ def repeatability(task: str, a: Path, b: Path, out: Path, table: Table) -> None:
     lo, hi = s["geomean_ratio_ci95"] or (None, None)
     ok = not moved and s["geomean_ratio"] is not None and abs(s["geomean_ratio"] - 1) <= 0.01 and lo <= 1 <= hi
     table.add(f"{task} full run 1 vs 2: no case moved, geomean within 1%", ok,
-              f"geomean {s['geomean_ratio']} [{lo}, {hi}]; moved: {', '.join(moved) or 'none'}")
+              f"geomean {s['geomean_ratio']} [{lo}, {hi}]; moved: {', '.join(moved) or 'none'}"
+              + process_spread(list(runs)))
 
 
 def self_compare(task: str, out: Path, table: Table) -> None:
@@ -194,7 +211,7 @@ def main() -> int:
         if "full" in suites:
             full = eval_runs(task, "full", args.runs, args.out, table)
             if len(full) >= 2 and all(p.exists() for p in full[:2]):
-                repeatability(task, full[0], full[1], args.out, table)
+                repeatability(task, full[0], full[1], args.out, table, full)
     if not args.skip_tests:
         gpu_tests(args.out, table)
     text = table.render() + f"\n(total {time.perf_counter() - start:.0f} s)"

@@ -10,8 +10,10 @@ A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The 
 variants alternate (run 1 of each, then run 2 of each...), so a drift of the card over the
 session hits them all. Per run: the submission's and the baseline's geomean over the cases,
 and each pool process's mean offset from the case figures it took part in; per variant: the
-largest and the standard deviation of the runs' geomeans, and the largest ratio between two
-runs (what `kbench compare a.json b.json` calls the geomean ratio).
+largest and the standard deviation of the runs' geomeans, the largest ratio between two
+runs (what `kbench compare a.json b.json` calls the geomean ratio), and that spread split into
+what each process draws and what a run's processes share (`components`), with the chance that
+two runs agree within 1% at a pool of 2, 4 or 8.
 """
 from __future__ import annotations
 
@@ -60,6 +62,33 @@ def spread(values: list[float]) -> dict:
             "sd_pct": round(100 * statistics.stdev(logs), 2)}
 
 
+def components(runs: list[dict], key: str = "sub") -> dict | None:
+    """How much of the run-to-run spread the processes explain, in percent: the per-process SD
+    (from the processes' offsets within each run), the run geomeans' SD, and the variance the
+    processes of a run share, Var(run) - s^2 / K (one-way variance components, K the run's
+    processes; negative when a run's processes offset each other). And the chance that two runs'
+    geomeans land within 1%: at K from the runs' own spread, at larger pools as the model
+    predicts (only where the shared part is not negative)."""
+    values = [r[f"{key}_us"] for r in runs if r[f"{key}_us"]]
+    offsets = [list(r[f"{key}_process_pct"].values()) for r in runs if len(r[f"{key}_process_pct"]) >= 2]
+    if len(values) < 3 or len(offsets) < 3:
+        return None
+    within = statistics.fmean(statistics.variance(o) for o in offsets)   # s^2, %^2
+    k = round(statistics.fmean(len(o) for o in offsets))
+    between = statistics.variance([100 * math.log(v) for v in values])   # %^2
+    shared = between - within / k
+
+    def within_1pct(run_variance: float) -> float:   # |log ratio of two runs| < 1%
+        return math.erf(1.0 / math.sqrt(2 * 2 * run_variance)) if run_variance > 0 else 1.0
+
+    chance = {k: within_1pct(between)}
+    if shared >= 0:   # else the processes are not independent draws, and the model says nothing
+        chance.update({pool: within_1pct(within / pool + shared) for pool in (4, 8) if pool > k})
+    return {"process_sd_pct": round(math.sqrt(within), 2), "run_sd_pct": round(math.sqrt(between), 2),
+            "shared_var_pct2": round(shared, 3), "processes": k,
+            "p_within_1pct": {pool: round(p, 2) for pool, p in chance.items()}}
+
+
 def summarize(folder: Path) -> dict:
     """Every variant's runs, read back from ``folder``/VARIANT-N.json."""
     by_variant = defaultdict(list)
@@ -67,7 +96,9 @@ def summarize(folder: Path) -> dict:
         variant, _ = path.stem.rsplit("-", 1)
         by_variant[variant].append(run_figures(json.loads(path.read_text())))
     return {v: {"runs": runs, "sub": spread([r["sub_us"] for r in runs]),
-                "base": spread([r["base_us"] for r in runs])} for v, runs in by_variant.items()}
+                "base": spread([r["base_us"] for r in runs]),
+                "components": {"sub": components(runs, "sub"), "base": components(runs, "base")}}
+            for v, runs in by_variant.items()}
 
 
 def report(summary: dict) -> None:
@@ -77,6 +108,12 @@ def report(summary: dict) -> None:
             base = f"{r['base_us']:.4f}" if r["base_us"] else "-"
             print(f"  run {i}: submission {r['sub_us']:.4f} us (processes {r['sub_process_pct']}), "
                   f"baseline {base} us (processes {r['base_process_pct']})")
+        for who, c in s["components"].items():
+            if c:
+                chance = ", ".join(f"pool {pool}: {p}" for pool, p in c["p_within_1pct"].items())
+                print(f"  {who}: per-process SD {c['process_sd_pct']}%, run SD {c['run_sd_pct']}% over "
+                      f"{c['processes']} processes, variance a run's processes share {c['shared_var_pct2']} %^2; "
+                      f"two runs within 1%: {chance}")
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:

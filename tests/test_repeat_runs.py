@@ -49,3 +49,48 @@ def test_a_variant_name_cannot_break_the_file_names():
     assert repeat_runs.parse_variant("default=") == ("default", [])
     with pytest.raises(Exception):
         repeat_runs.parse_variant("no-base=--baseline,none")
+
+
+def _components(tmp_path, runs):
+    for i, run in enumerate(runs, 1):
+        (tmp_path / f"default-{i}.json").write_text(json.dumps(run))
+    return repeat_runs.summarize(tmp_path)["default"]["components"]["sub"]
+
+
+def test_a_shift_every_process_of_a_run_shares_is_not_per_process_spread(tmp_path):
+    c = _components(tmp_path, [_run(s) for s in (1.0, 1.02, 0.98, 1.01)])
+    assert c["process_sd_pct"] == 0.0 and c["processes"] == 2
+    assert c["shared_var_pct2"] == pytest.approx(c["run_sd_pct"] ** 2, rel=0.01) and c["run_sd_pct"] > 1
+    # a pool cannot average away what every process shares: the chance stays where it is
+    assert c["p_within_1pct"][2] == c["p_within_1pct"][4] == c["p_within_1pct"][8] < 0.8
+
+
+def test_processes_that_offset_each_other_leave_the_run_still(tmp_path):
+    # each run's two processes 2-4% apart, the run's figure the same every time
+    c = _components(tmp_path, [_run(2 / (2 + off), off) for off in (0.02, 0.04, 0.02, 0.04)])
+    assert c["process_sd_pct"] > 1 and c["run_sd_pct"] < 0.01
+    assert c["shared_var_pct2"] < 0
+    assert c["p_within_1pct"] == {2: 1.0}   # no prediction for other pools from such runs
+
+
+def test_the_acceptance_reports_what_its_full_runs_say_about_their_processes(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "bench" / "gpu_acceptance.py")
+    acceptance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(acceptance)
+    paths = []
+    for i, run in enumerate((_run(1.0, 0.02), _run(1.01, 0.0), _run(0.99, 0.02)), 1):
+        paths.append(tmp_path / f"qknorm-full-{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    text = acceptance.process_spread(paths)
+    # processes about 1% either side in runs 1 and 3, together in run 2: variance ~(2 + 2 + 0) / 3
+    assert text.startswith("; 3 runs: per-process SD 1.15%, run SD ") and text.endswith(" %^2")
+    assert acceptance.process_spread(paths[:2]) == ""   # two runs say nothing about the split
+
+
+def test_a_run_file_that_cannot_be_read_costs_the_acceptance_row_nothing(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "bench" / "gpu_acceptance.py")
+    acceptance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(acceptance)
+    broken = tmp_path / "qknorm-full-1.json"
+    broken.write_text("{not json")
+    assert acceptance.process_spread([broken] * 3).startswith("; processes: not read (JSONDecodeError")
