@@ -48,7 +48,8 @@ def caught(result: dict) -> bool:
 @pytest.mark.parametrize("fixture, status, reason", [
     ("cache_by_shape", "mismatch", "timed call 1"),              # 1
     ("lazy_subclass", "invalid", "output 0 is Lazy, not a torch.Tensor"),  # 3
-    ("filled_later", "mismatch", "NaN/inf"),                     # 3
+    # the outputs are empty_like: NaN where the L2 flush freed them on a GPU, any bytes on CPU
+    ("filled_later", "mismatch", "elements out of tolerance"),   # 3
     ("forges_result_lines", "mismatch", "q_out: "),              # 7
     ("writes_inherited_fds", "invalid", "unreadable worker reply"),  # 7
     ("exits_success", "crash", "worker exited with code 0 mid-call"),  # 7
