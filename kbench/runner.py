@@ -345,10 +345,9 @@ class Runner:
                 if options.device == "cuda":
                     torch.cuda.empty_cache()
             fatal = None
-            if sub.load_failure is None and sub.ensure_running() is None:
-                reply = sub.request(protocol.AfterRun(), "the end-of-run check")
-                if isinstance(reply, Failure):
-                    fatal = f"{reply.status}: {reply.reason}"
+            failure = sub.end_of_run("the end-of-run check")
+            if failure is not None:
+                fatal = f"{failure.status}: {failure.reason}"
         finally:
             if self.host_inputs is not None:
                 self.host_inputs.close()

@@ -118,8 +118,8 @@ class Target:
 
 class Replicas:
     """One submission or baseline in a pool of worker processes (``--pool``). Each process has
-    a fixed offset of its own (~1% on the H100, drawn when it starts; the processes of one run
-    often draw alike, so more of them narrow a case's spread more than a run's). A case is
+    a fixed offset of its own (~1% on the H100, drawn when it starts, independently of the
+    run's other processes as far as the twelfth session's runs show). A case is
     timed in ``per_case`` of them (``--processes``), taking turns, and the next case in the
     next ones round the pool: a case costs ``per_case`` processes' warm-ups, and a suite's
     geomean averages over the whole pool (docs/measurement.md, "Processes")."""
@@ -174,6 +174,18 @@ class Replicas:
     def request(self, message, what: str, process: int = 0):
         """To this case's ``process``-th process."""
         return self.members[self.window[process]].request(message, what)
+
+    def end_of_run(self, what: str) -> Failure | None:
+        """The contract's end-of-run check in every process that timed something and still
+        runs: each has its own compile caches (block_sparse_attn), so JIT during timing in
+        one process shows in that one alone. A process that died took its state with it (its
+        failure is on its case); one never used has run nothing since setup."""
+        for m in self.members:
+            if m.load_failure is None and m.readied and m.worker is not None and m.worker.alive:
+                reply = m.request(protocol.AfterRun(), what)
+                if isinstance(reply, Failure):
+                    return reply
+        return None
 
     def take_flags(self) -> list[str]:
         out = []

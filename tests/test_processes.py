@@ -92,3 +92,24 @@ def test_cases_take_turns_round_the_pool(monkeypatch):
     assert [len(t) for t in timed_by] == [2, 2, 2]
     assert len(set().union(*timed_by)) == 3 and timed_by[0] != timed_by[1] != timed_by[2]
     assert all(c["samples"] == 6 and len(c["latency_by_process_ms"]) == 2 for c in run["cases"])
+
+
+def test_the_end_of_run_check_runs_in_every_process_of_the_pool(monkeypatch):
+    # each worker has its own compile caches (block_sparse_attn): JIT during timing in the
+    # second process shows only there, so the check must reach every process that timed
+    asked, real_request = [], Target.request
+
+    def request(self, message, what):
+        if isinstance(message, protocol.AfterRun):
+            asked.append(id(self))
+            if len(asked) == 2:   # the pool's second process saw a change
+                return protocol.Failure("invalid", "compile cache changed after setup", True)
+        return real_request(self, message, what)
+
+    monkeypatch.setattr(Target, "request", request)
+    options = cpu_options(processes=2, pool=3, only=("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16"),
+                          warmup_ms=1.0, stop=StopRule(noise=0.5, min_samples=2, max_samples=6, budget_s=0.5))
+    run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
+    assert [c["status"] for c in run["cases"]] == ["passed"] * 2   # the cases keep their results
+    assert len(set(asked)) == 2   # stopped at the failing one, which is not the first
+    assert "compile cache changed after setup" in run["summary"]["fatal"]
