@@ -1,12 +1,17 @@
 """The scale-out figures from bench/scale_out.sh's folder: wall times of the one-GPU and the
-two-GPU ranking, submissions per hour, and per case whether the two runs' medians agree within
-their 95% intervals (the intervals overlap).
+two-GPU ranking, submissions per hour, and per case whether the two runs' medians agree: the
+issue's reading (their 95% intervals overlap) and kbench compare's, which is stricter (the 95%
+interval of B/A, each case's noise and the processes' shared term combined, contains 1:
+SAME or UNSURE; overlapping intervals can still give FASTER or SLOWER).
 
     python3 bench/scale_out_compare.py /tmp/scale_out COMMIT
 """
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kbench.compare import compare_runs  # noqa: E402
 
 
 def main(folder: Path, commit: str) -> None:
@@ -19,25 +24,34 @@ def main(folder: Path, commit: str) -> None:
     print(f"plain run (one GPU): {wall1:.1f} s, {3600 * len(one) / wall1:.0f} submissions/hour")
     print(f"--gpus run: {wall2:.1f} s, {3600 * len(two) / wall2:.0f} submissions/hour; "
           f"ratio {wall2 / wall1:.2f} (target <= 0.60 on 2 GPUs)")
-    agree = total = 0
-    print(f"{'submission':42} {'case':22} {'plain us [95%]':>24} {'--gpus us [95%] gpu':>32} agree")
+    overlap = same = total = 0
+    print(f"{'submission':42} {'case':22} {'plain us [95%]':>24} {'--gpus us [95%] gpu':>32} overlap "
+          f"{'B/A [95%]':>22} compare")
     for a, b in zip(one, two):
         assert a["submission"] == b["submission"]
+        compared = compare_runs(a, b)
+        verdicts = {row["case"]: row for row in compared["rows"]}
+        summary = compared["summary"]
         print(f"  {a['submission']}: statuses same: "
               f"{[c['status'] for c in a['cases']] == [c['status'] for c in b['cases']]}, "
-              f"geomean {a['summary']['geomean_speedup']} vs {b['summary']['geomean_speedup']}")
+              f"geomean {a['summary']['geomean_speedup']} vs {b['summary']['geomean_speedup']}, "
+              f"latency B/A {summary.get('geomean_ratio')} {summary.get('geomean_ratio_ci95')} {summary.get('verdict')}")
         for ca, cb in zip(a["cases"], b["cases"]):
             if ca["latency_ms"] is None or cb["latency_ms"] is None:
                 continue
             lo1, hi1 = ca["latency_ci95_ms"]
             lo2, hi2 = cb["latency_ci95_ms"]
             ok = lo1 <= hi2 and lo2 <= hi1
-            agree += ok
+            row = verdicts[ca["case"]]
+            overlap += ok
+            same += row["verdict"] in ("SAME", "UNSURE")
             total += 1
             print(f"{a['submission'][-42:]:42} {ca['case']:22} {ca['latency_ms'] * 1e3:7.2f} "
                   f"[{lo1 * 1e3:.2f},{hi1 * 1e3:.2f}] {cb['latency_ms'] * 1e3:7.2f} [{lo2 * 1e3:.2f},"
-                  f"{hi2 * 1e3:.2f}] {cb.get('gpu')} {'yes' if ok else 'NO'}")
-    print(f"medians agreeing within their intervals: {agree}/{total}")
+                  f"{hi2 * 1e3:.2f}] {cb.get('gpu')} {'yes' if ok else 'NO':>7} "
+                  f"{row['ratio']} {row['ratio_ci95']} {row['verdict']}")
+    print(f"medians agreeing within their intervals (overlap): {overlap}/{total}; "
+          f"kbench compare SAME or UNSURE: {same}/{total}")
     fault = folder / "fault.json"
     if fault.exists():
         data = json.loads(fault.read_text())
