@@ -59,7 +59,8 @@ def run_options(fn):
                           "the mean of their medians, its interval includes their spread (CUDA only; CPU "
                           "mode uses one)."),
         click.option("--pool", type=click.IntRange(1, 8), default=None,
-                     help="Worker processes per submission and baseline in all (default: --processes): each "
+                     help="Worker processes per submission and baseline in all (default: the task's GPU_POOL, "
+                          "else --processes): each "
                           "case goes to the next --processes of them round the pool, so a suite's geomean "
                           "averages more processes at the same cost a case (CUDA only)."),
         click.option("--cuda-graph", is_flag=True,

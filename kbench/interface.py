@@ -45,7 +45,8 @@ def _is_names(value) -> bool:
 
 _KINDS = {"str": (lambda v: isinstance(v, str), "a str"),
           "names": (_is_names, "a tuple of str"),
-          "baselines": (lambda v: isinstance(v, dict), "a dict of name -> {'path': ..., 'devices': ...}")}
+          "baselines": (lambda v: isinstance(v, dict), "a dict of name -> {'path': ..., 'devices': ...}"),
+          "processes": (lambda v: type(v) is int and 1 <= v <= 8, "an int from 1 to 8")}
 
 
 def _close(name: str, candidates) -> str | None:
@@ -112,7 +113,8 @@ def _kind_problem(spec: Name, value, path: Path) -> str | None:
         return None
     accepts, what = _KINDS[spec.kind]
     if not accepts(value):
-        return f"{spec.name} must be {what}, not {type(value).__name__}"
+        shown = repr(value) if spec.kind == "processes" else type(value).__name__
+        return f"{spec.name} must be {what}, not {shown}"
     return _baselines_problem(value, path) if spec.kind == "baselines" else None
 
 
@@ -154,6 +156,11 @@ TASK = Interface("task.py", (
     Name("MUTABLE_INPUTS", "MUTABLE_INPUTS: tuple[str, ...]",
          "input names the call may change in place (mla_decode's cache); every other input is checked "
          "unchanged after every call", required=False, kind="names", default=()),
+    Name("GPU_POOL", "GPU_POOL: int",
+         "worker processes per target on a GPU when `--pool` is not given (default: `--processes`). "
+         "Each process carries an offset of its own (about 1% on the H100) that only more processes "
+         "average out: a task whose kernels take a few microseconds sets 8 (docs/measurement.md, "
+         "\"Processes\")", required=False, kind="processes", default=None),
     Name("generate_timed", "generate_timed(case: dict, device: str, seed: int) -> dict",
          "a timed call's inputs: the case's own structure (from `case[\"seed\"]`) with fresh values "
          "drawn from `seed` on the device, for tasks whose `generate` is slow on the host "

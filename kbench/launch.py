@@ -32,10 +32,23 @@ def _workers_per_run(args: list[str]) -> int:
     targets = 1 if args[0] == "eval" and _value(args, "--baseline") == "none" else 2
     try:
         processes = int(_value(args, "--processes") or DEFAULT_PROCESSES) if _on_gpu(args) else 1
-        pool = int(_value(args, "--pool") or 0) if _on_gpu(args) else 0
+        pool = int(_value(args, "--pool") or _task_pool(args)) if _on_gpu(args) else 0
     except ValueError:
         processes, pool = 1, 0   # click reports the bad value
     return targets * min(max(processes, pool, 1), 8)
+
+
+def _task_pool(args: list[str]) -> int:
+    """The GPU_POOL of the command's task (--task, else a submission folder named after the
+    task, as kbench tells it), read without importing torch; 0 if none says."""
+    from pathlib import Path
+
+    from .tasks import declared_gpu_pool
+
+    named = _value(args, "--task")
+    paths = [Path(a) for a in args[1:] if not a.startswith("-")]
+    candidates = [named] if named else [name for p in paths for name in (p.name, p.parent.name)]
+    return next((pool for pool in map(declared_gpu_pool, candidates) if pool), 0)
 
 
 def _on_gpu(args: list[str]) -> bool:

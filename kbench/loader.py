@@ -19,6 +19,20 @@ def data_dir(name: str) -> Path:
     return _PACKAGE_DIR.parent / name
 
 
+def top_level_int(path, name: str) -> int | None:
+    """The int a Python file assigns to ``name`` at its top level (``NAME = 8``), read with
+    ``ast``: the file is never run. None where it assigns no int literal or does not parse."""
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
+                and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+            return node.value.value
+    return None
+
+
 def load_module(path: Path, name: str | None = None) -> ModuleType:
     """Import one file under a private module name, so it cannot clash with ``reference``/``task``."""
     path = Path(path).resolve()

@@ -97,11 +97,20 @@ class _Series:
         return timing.pool([[v for v, p in zip(values, self.process) if p == k] for k in range(processes)])
 
 
+def task_options(task: Task, options: Options) -> Options:
+    """``options`` with the task's defaults filled in: its ``GPU_POOL`` where ``--pool`` was not
+    given and the run is on a GPU."""
+    task_pool = TASK.get(task.module, "GPU_POOL")
+    if options.pool is None and options.device == "cuda" and task_pool:
+        return dataclasses.replace(options, pool=task_pool)
+    return options
+
+
 class Runner:
     def __init__(self, task: Task, options: Options):
         self.task = task
-        self.options = options
         self.module = task.module
+        self.options = options = task_options(task, options)
         self.mutable = set(TASK.get(self.module, "MUTABLE_INPUTS"))
         # Timed calls' seeds come from a secret drawn per run, so a submission cannot compute
         # the timed inputs ahead from the public (or even the --seed) case seeds.

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from .errors import ContractError, KbenchError
 from .interface import CONTRACT, TASK
-from .loader import data_dir, load_module, top_level_names
+from .loader import data_dir, load_module, top_level_int, top_level_names
 from .submission import find
 from .suites import Suite, load_suites
 
@@ -80,6 +80,17 @@ def all_tasks() -> dict[str, Task]:
             if (code / "task.py").is_file() and (code / "contract.py").is_file():
                 tasks.setdefault(toml.stem, Task(toml.stem, toml, code))
     return tasks
+
+
+def declared_gpu_pool(name: str) -> int:
+    """Task ``name``'s ``GPU_POOL`` as its task.py writes it, read without importing it (the
+    launcher counts the workers to start before torch is imported); 0 for an unknown task or
+    one that declares none."""
+    for cases_dir, reference_dir in _roots():
+        task_py = reference_dir / name / "task.py"
+        if name and (cases_dir / f"{name}.toml").is_file() and task_py.is_file():
+            return top_level_int(task_py, "GPU_POOL") or 0
+    return 0
 
 
 def get_task(name: str, tasks: dict[str, Task] | None = None) -> Task:

@@ -20,6 +20,13 @@ def test_workers_started_first_match_the_command():
     assert _workers_needed(["eval", "--help"]) == 0
     assert _workers_needed(["list"]) == 0
     assert _workers_needed([]) == 0
+    # on a GPU, a task's GPU_POOL (qknorm: 8) unless --pool says otherwise, read without torch
+    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda"]) == 16
+    assert _workers_needed(["eval", "submissions/qknorm/submission.py", "--device=cuda", "--baseline", "none"]) == 8
+    assert _workers_needed(["eval", "mine", "--task", "qknorm", "--device", "cuda"]) == 16
+    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda", "--pool", "3"]) == 6
+    assert _workers_needed(["eval", "submissions/mla_decode", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
+    assert _workers_needed(["eval", "mine", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
     # --gpus and --ray: the work runs in per-GPU children or Ray tasks, which start their own
     assert _workers_needed(["eval", "a", "--gpus", "all"]) == 0
     assert _workers_needed(["eval", "a", "--ray=auto"]) == 0
@@ -29,6 +36,7 @@ def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers():
     assert _gpu_children(["eval", "a", "b", "--gpus", "all", "--device", "cuda"]) == ("all", 2 * DEFAULT_PROCESSES)
     assert _gpu_children(["eval", "a", "--gpus=0,1", "--device", "cuda", "--baseline", "none",
                           "--processes", "3"]) == ("0,1", 3)
+    assert _gpu_children(["eval", "submissions/qknorm", "--gpus", "all", "--device", "cuda"]) == ("all", 16)
     assert _gpu_children(["eval", "a", "--gpus", "all", "--device", "cpu"]) is None
     assert _gpu_children(["eval", "a", "--device", "cuda"]) is None
     assert _gpu_children(["compare", "a", "b", "--gpus", "all", "--device", "cuda"]) is None
@@ -83,8 +91,8 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
 
 
 def test_a_gpu_run_starts_every_process_of_every_target_first():
-    assert _workers_needed(["eval", "submissions/qknorm", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
-    assert _workers_needed(["eval", "submissions/qknorm", "--device=cuda", "--processes", "3"]) == 6
+    assert _workers_needed(["eval", "x", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
+    assert _workers_needed(["eval", "x", "--device=cuda", "--processes", "3"]) == 6
     assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
     assert _workers_needed(["eval", "x", "--device", "cuda", "--baseline", "none", "--processes", "4"]) == 4
     # --pool: every process of the pool, started first

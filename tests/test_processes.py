@@ -113,3 +113,16 @@ def test_the_end_of_run_check_runs_in_every_process_of_the_pool(monkeypatch):
     assert [c["status"] for c in run["cases"]] == ["passed"] * 2   # the cases keep their results
     assert len(set(asked)) == 2   # stopped at the failing one, which is not the first
     assert "compile cache changed after setup" in run["summary"]["fatal"]
+
+
+def test_a_tasks_gpu_pool_is_the_default_pool_on_a_gpu_only():
+    # qknorm's kernels take microseconds: eight processes per target unless --pool says otherwise
+    task = get_task("qknorm")
+    assert task.module.GPU_POOL == 8
+    assert Runner(task, cpu_options(device="cuda")).options.pool_size == 8
+    assert Runner(task, cpu_options(device="cuda", pool=2)).options.pool_size == 2
+    assert Runner(task, cpu_options(device="cuda", processes=3)).options.pool_size == 8
+    assert Runner(task, cpu_options(device="cuda", processes=8, pool=1)).options.pool_size == 8
+    assert Runner(task, cpu_options()).options.pool_size == 1
+    # a task without GPU_POOL keeps --processes' default
+    assert Runner(get_task("mla_decode"), cpu_options(device="cuda")).options.pool_size == 2

@@ -120,6 +120,10 @@ def test_other_top_level_names_are_the_tasks_own(tmp_path):
      "BASELINES['eager']: 'devices' must be a tuple of cpu and/or cuda, not ('gpu',)"),
     ("task", '"path": "eager.py"', '"path": "eagre.py"',
      "BASELINES['eager'] names eagre.py, which is not a file next to task.py"),
+    ("task", 'DESCRIPTION = "2x + y', 'GPU_POOL = 0\nDESCRIPTION = "2x + y',
+     "GPU_POOL must be an int from 1 to 8, not 0"),
+    ("task", 'DESCRIPTION = "2x + y', 'GPU_POOL = "4"\nDESCRIPTION = "2x + y',
+     "GPU_POOL must be an int from 1 to 8, not '4'"),
 ])
 def test_names_of_the_wrong_kind_are_named(tmp_path, side, old, new, problem):
     task = example(tmp_path, **{f"edit_{side}": replace(old, new)})

@@ -15,6 +15,12 @@ from kbench.check import combine, compare
 DESCRIPTION = "RMSNorm of q and k heads read in place from a fused QKV tensor (Frontier-CS)"
 EPS = 1e-6          # flashinfer's default; the original never passes it
 RTOL, ATOL = 1e-2, 5e-3
+# Eight worker processes per target on a GPU, each case timed in two of them in turn. Every
+# process runs these 4-8 us kernels about 1% faster or slower than another for its whole life
+# (SD 0.96-1.18% of a full run's geomean on the H100), drawn independently of the run's other
+# processes; a run's geomean averages its pool, so two runs land within 1% of each other about
+# 65% of the time with two processes and about 93% with eight (docs/measurement.md, "Processes").
+GPU_POOL = 8
 BASELINES = {
     "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",)},
     "torch": {"path": "baseline_torch.py", "devices": ("cpu", "cuda")},
