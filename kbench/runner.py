@@ -44,7 +44,8 @@ class Options:
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
     calibrate: bool = True
     processes: int | None = None       # worker processes per target and case (None: 2 on CUDA, 1 on CPU)
-    pool: int | None = None            # worker processes per target in all (None: the task's GPU_POOL on a GPU, else ``processes``)
+    # worker processes per target in all (None: the task's GPU_POOL on a GPU, else ``processes``)
+    pool: int | None = None
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
 
