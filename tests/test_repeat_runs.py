@@ -1,6 +1,8 @@
 """bench/repeat_runs.py's figures: a run-level shift and a process offset read apart."""
 import importlib.util
 import json
+import math
+import statistics
 
 import pytest
 
@@ -83,7 +85,7 @@ def test_the_acceptance_reports_what_its_full_runs_say_about_their_processes(tmp
         paths[-1].write_text(json.dumps(run))
     text = acceptance.process_spread(paths)
     # processes about 1% either side in runs 1 and 3, together in run 2: variance ~(2 + 2 + 0) / 3
-    assert text.startswith("; 3 runs: per-process SD 1.15%, run SD ") and text.endswith(" %^2")
+    assert text.startswith("; 3 runs: per-process SD 1.14%, run SD ") and text.endswith(" %^2")
     assert acceptance.process_spread(paths[:2]) == ""   # two runs say nothing about the split
 
 
@@ -94,3 +96,26 @@ def test_a_run_file_that_cannot_be_read_costs_the_acceptance_row_nothing(tmp_pat
     broken = tmp_path / "qknorm-full-1.json"
     broken.write_text("{not json")
     assert acceptance.process_spread([broken] * 3).startswith("; processes: not read (JSONDecodeError")
+
+
+def _pool_run(offsets: dict[int, float], order) -> dict:
+    """Eight cases timed two processes a case in the given ``order`` of process pairs."""
+    cases = []
+    for i, ms in enumerate((0.004, 0.005, 0.006, 0.007, 0.0045, 0.0055, 0.0065, 0.0075)):
+        ids = list(order(i))
+        medians = [ms * math.exp(offsets[p]) for p in ids]
+        cases.append({"latency_ms": sum(medians) / 2, "latency_by_process_ms": medians, "process_ids": ids})
+    return {"cases": cases}
+
+
+def test_process_offsets_in_a_pool_larger_than_a_case_are_each_processs_own():
+    offsets = {0: -0.03, 1: -0.01, 2: 0.01, 3: 0.03}
+    # pairs that link the whole pool (a case in 0-1, then 1-2, ...): every offset is recovered
+    linked = repeat_runs.run_figures(_pool_run(offsets, lambda i: (i % 4, (i + 1) % 4)))
+    assert linked["sub_process_pct"] == pytest.approx({p: 100 * v for p, v in offsets.items()}, abs=0.01)
+    assert linked["sub_process_var_pct2"] == pytest.approx(statistics.variance([-3, -1, 1, 3]), rel=1e-3)
+    # kbench's rotation, a pool of 4 two a case: pairs 0-1 and 2-3 only. Each pair's offsets
+    # are read about the pair's mean, and the variance from the differences within the pairs
+    pairs = repeat_runs.run_figures(_pool_run(offsets, lambda i: ((2 * i) % 4, (2 * i + 1) % 4)))
+    assert pairs["sub_process_pct"] == pytest.approx({0: -1.0, 1: 1.0, 2: -1.0, 3: 1.0}, abs=0.01)
+    assert pairs["sub_process_var_pct2"] == pytest.approx(2.0, rel=1e-3)   # (2%)^2 / 2 per pair
