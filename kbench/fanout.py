@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .records import case_record, run_record
-from .runner import Options
+from .runner import Options, task_options
 from .suites import select_cases
 from .tasks import Task
 
@@ -42,7 +42,8 @@ class Tally:
     """What came back from the units, and what was lost on the way."""
 
     def __init__(self, task: Task, opts: Options, submissions: list[Path]):
-        self.task, self.opts, self.submissions = task, opts, list(submissions)
+        # the task's defaults filled in (qknorm's pool): the records say what the runs used
+        self.task, self.opts, self.submissions = task, task_options(task, opts), list(submissions)
         self.suite = task.suite(opts.suite)
         self.cases = select_cases(self.suite, opts.only)
         self.records: dict[tuple[int, str], dict] = {}

@@ -19,7 +19,7 @@ from . import interrupts
 from .errors import KbenchError
 from .fanout import Tally, plan
 from .gpu_slots import Child, child_for, discard_prestarted, slots as gpu_slots
-from .runner import Options, task_options
+from .runner import Options
 from .tasks import Task
 from .unit import options_spec
 
@@ -38,7 +38,7 @@ def run_on_slots(task: Task, submissions: list[Path], opts: Options, slots: list
     tally = Tally(task, opts, submissions)
     queue = deque(plan(len(submissions), tally.case_names, len(slots)))
     spec = options_spec(opts)
-    workers = task_options(task, opts).pool_size * (1 if opts.baseline == "none" else 2)
+    workers = tally.opts.pool_size * (1 if opts.baseline == "none" else 2)
     began = time.perf_counter()
     children = [child_for(label, env, opts.device, workers) for label, env in slots]
     discard_prestarted()   # started early for slots this run does not use

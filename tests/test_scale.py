@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from kbench.cli import cli, exit_code, ranking
 from kbench.compare import different_cards
-from kbench.fanout import Unit, plan
+from kbench.fanout import Tally, Unit, plan
 from kbench import gpu_slots
 from kbench.gpu_pool import run_on_slots
 from kbench.gpu_slots import parse_gpus
@@ -32,6 +32,14 @@ def test_plan_fewest_units_that_keep_every_device_busy():
     assert plan(1, SMOKE, 2) == [Unit(0, SMOKE[0::2]), Unit(0, SMOKE[1::2])]
     assert [len(u.cases) for u in plan(3, SMOKE, 2)] == [3, 2, 3, 2, 3, 2]
     assert len(plan(1, SMOKE, 8)) == 5   # never more shares than cases
+
+
+def test_runs_spread_over_devices_record_the_tasks_pool():
+    # --gpus and --ray records say what the runs used: qknorm's default pool on a GPU, else --pool
+    qknorm = get_task("qknorm")
+    assert Tally(qknorm, cpu_options(device="cuda", suite="quick"), []).opts.pool_size == qknorm.module.GPU_POOL
+    assert Tally(qknorm, cpu_options(device="cuda", suite="quick", pool=2), []).opts.pool_size == 2
+    assert Tally(qknorm, cpu_options(suite="smoke"), []).opts.pool_size == 1
 
 
 def test_gpu_count_follows_cuda_visible_devices_without_torch(monkeypatch):
