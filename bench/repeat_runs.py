@@ -9,7 +9,7 @@ shift) or is one process off (a process offset).
 A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The runs of the
 variants alternate (run 1 of each, then run 2 of each...), so a drift of the card over the
 session hits them all. Per run: the submission's and the baseline's geomean over the cases,
-and each pool process's offset (a case + process fit, `process_effects`); per variant: the
+and each pool process's offset (a case + process fit, kbench/process_offsets.py); per variant: the
 largest and the standard deviation of the runs' geomeans, the largest ratio between two
 runs (what `kbench compare a.json b.json` calls the geomean ratio), and that spread split into
 what each process draws and what a run's processes share (`components`), with the chance that
@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from kbench import process_offsets  # noqa: E402
 from kbench.records import geomean  # noqa: E402
 
 
@@ -41,55 +42,13 @@ def run_figures(run: dict) -> dict:
     timed = [c for c in cases if c.get("baseline_latency_ms")]
     if timed:
         out["base_us"] = 1e3 * geomean([c["baseline_latency_ms"] for c in timed])
-    for prefix, who in (("latency", "sub"), ("baseline", "base")):
-        cells = [(i, pid, math.log(median)) for i, c in enumerate(cases)
-                 for pid, median in zip(c.get("process_ids" if prefix == "latency" else "baseline_process_ids") or [],
-                                        c.get(f"{prefix}_by_process_ms") or [])]
-        effects, groups = process_effects(cells)
-        out[f"{who}_process_pct"] = {pid: round(100 * v, 2) for pid, v in sorted(effects.items())}
-        df = sum(len(g) - 1 for g in groups)
-        out[f"{who}_process_var_pct2"] = (round(sum((100 * effects[p]) ** 2 for g in groups for p in g) / df, 4)
-                                          if df else None)
+    for side, who in (("case", "sub"), ("baseline", "base")):
+        cells = process_offsets.cells(cases, side)
+        offsets = process_offsets.fit(cells).offsets
+        out[f"{who}_process_pct"] = {pid: round(100 * v, 2) for pid, v in sorted(offsets.items())}
+        variance = process_offsets.offset_variance(cells)
+        out[f"{who}_process_var_pct2"] = round(1e4 * variance[0], 4) if variance else None
     return out
-
-
-def process_effects(cells: list[tuple[int, int, float]], rounds: int = 500) -> tuple[dict[int, float], list[set]]:
-    """Each process's offset (log scale) from (case, process, log median) cells, fitted as
-    log median = case effect + process effect (alternating least squares), and the groups of
-    processes linked by shared cases. Offsets are comparable only within a group, and have
-    mean 0 in each: kbench's pool rotation gives a pool of 8 with 2 processes a case four
-    groups of two (0-1, 2-3, ...), where a case's level cannot tell one pair from another.
-    Where every case ran in every process this is each process's mean deviation from the case
-    means."""
-    by_case, by_process = defaultdict(list), defaultdict(list)
-    for case, pid, y in cells:
-        by_case[case].append((pid, y))
-        by_process[pid].append((case, y))
-    groups, seen = [], set()
-    for start in by_process:   # connected components of the process-case graph
-        if start in seen:
-            continue
-        group, todo = set(), [start]
-        while todo:
-            pid = todo.pop()
-            if pid not in group:
-                group.add(pid)
-                todo += [q for case, _ in by_process[pid] for q, _ in by_case[case]]
-        seen |= group
-        groups.append(group)
-    effect = {pid: 0.0 for pid in by_process}
-    for _ in range(rounds):
-        level = {case: statistics.fmean(y - effect[pid] for pid, y in obs) for case, obs in by_case.items()}
-        fitted = {pid: statistics.fmean(y - level[case] for case, y in obs) for pid, obs in by_process.items()}
-        for group in groups:
-            center = statistics.fmean(fitted[p] for p in group)
-            for p in group:
-                fitted[p] -= center
-        moved = max((abs(fitted[p] - effect[p]) for p in fitted), default=0.0)
-        effect = fitted
-        if moved < 1e-12:
-            break
-    return effect, groups
 
 
 def spread(values: list[float]) -> dict:

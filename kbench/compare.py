@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from . import process_offsets
 from .errors import KbenchError
 from .timing import PROCESS_REL
 
@@ -20,11 +21,23 @@ Z95 = 1.96
 SAME_WITHIN = 0.02   # an interval inside +-2% of 1.0 is "the same" for practical purposes
 
 
-def shared_noise(processes_a: int, processes_b: int) -> float:
+def shared_noise(processes_a: int, processes_b: int, offset_a: float = PROCESS_REL,
+                 offset_b: float = PROCESS_REL) -> float:
     """The relative standard error every case of a geomean shares: a worker process's offset
     moves all its cases together (on the H100 a whole qknorm run sat ~1% above another), so
-    it does not shrink with the number of cases; each side's K processes divide it by K."""
-    return PROCESS_REL * math.sqrt(1 / max(1, processes_a) + 1 / max(1, processes_b))
+    it does not shrink with the number of cases; each side's K processes divide its variance
+    by K. ``offset_*``: each side's per-process offset (SD, relative; ``process_offset``)."""
+    return math.sqrt(offset_a ** 2 / max(1, processes_a) + offset_b ** 2 / max(1, processes_b))
+
+
+def process_offset(run: dict, side: str = "case") -> float:
+    """One side's per-process offset (SD, relative) for its geomean: what the run's own
+    processes show (kbench/process_offsets.py), never less than ``PROCESS_REL`` (two or four
+    processes are few to read a spread from, and the floor is what the H100 showed for a
+    one-launch kernel). A submission whose processes sit 5% apart gets a geomean interval
+    that says so."""
+    variance = process_offsets.offset_variance(process_offsets.cells(run.get("cases", []), side))
+    return max(PROCESS_REL, math.sqrt(variance[0]) if variance else 0.0)
 
 
 def load_result(path: Path) -> dict:
@@ -140,8 +153,11 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     timed = bool(run_a.get("timing", {}).get("meaningful") and run_b.get("timing", {}).get("meaningful"))
     if normalize and timed and len(controls) != len(pairs):
         raise KbenchError("--normalize needs the same baseline timed on every compared case of both results")
+    offsets = process_offset(run_a), process_offset(run_b)
     out = compare_cases(pairs, controls if normalize else None,
-                        shared_noise(_processes(run_a), _processes(run_b)), timed)
+                        shared_noise(_processes(run_a), _processes(run_b), *offsets), timed)
+    out["summary"]["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
+    out["summary"]["process_offset_floor_pct"] = 100 * PROCESS_REL
     if not normalize:  # shown, not divided out: did the card itself move between the runs?
         for row in out["rows"]:
             if row["case"] in controls and row["ratio"] is not None:
@@ -171,7 +187,10 @@ def compare_interleaved(run: dict) -> dict:
     """One run in which A stood in for the baseline and B was the submission."""
     pairs = [(c["case"], _side(c, "baseline"), _side(c, "case")) for c in run["cases"]]
     k = _processes(run)
-    out = compare_cases(pairs, shared=shared_noise(k, k), timed=bool(run["timing"]["meaningful"]))
+    offsets = process_offset(run, "baseline"), process_offset(run, "case")
+    out = compare_cases(pairs, shared=shared_noise(k, k, *offsets), timed=bool(run["timing"]["meaningful"]))
+    out["summary"]["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
+    out["summary"]["process_offset_floor_pct"] = 100 * PROCESS_REL
     out["summary"]["interleaved"] = True
     out["warnings"] = []
     return out

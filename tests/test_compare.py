@@ -313,3 +313,58 @@ def test_a_pool_of_processes_narrows_the_geomean_only_once_the_cases_go_round_it
     assert _processes({**run, "cases": [{}]}) == 2          # one case: two processes timed it
     assert _processes({"timing": {"processes": 2}, "cases": [{}] * 5}) == 2   # saved before pools
     assert _processes({"timing": {"processes": 8, "pool": 8}, "cases": [{}] * 3}) == 8
+
+
+def _pooled_run(scale: float, offsets: list[float], cases: int = 20) -> dict:
+    """A saved run whose pool processes (two a case, kbench's rotation) sit at ``offsets``."""
+    pool = len(offsets)
+    records = []
+    for i in range(cases):
+        ids = [(2 * i) % pool, (2 * i + 1) % pool]
+        ms = 0.005 * (1 + i / 50) * scale
+        by_process = [ms * math.exp(offsets[p]) for p in ids]
+        records.append({"case": f"c{i}", "params": {"i": i}, "status": "passed", "latency_ms": sum(by_process) / 2,
+                        "noise": 0.003, "process_ids": ids, "latency_by_process_ms": by_process})
+    return {"task": "qknorm", "suite": "full", "device": {"name": "H100"}, "cases": records,
+            "timing": {"mode": "cuda-events", "meaningful": True, "processes": 2, "pool": pool}}
+
+
+def test_a_geomean_holds_the_offsets_its_own_processes_show():
+    from kbench.compare import process_offset
+    from kbench.timing import PROCESS_REL
+
+    # processes within 0.2% of each other: the floor (what the H100 showed) stands
+    quiet = _pooled_run(1.0, [0.001, -0.001, 0.002, -0.002])
+    assert process_offset(quiet) == PROCESS_REL
+    # processes 6% apart in every pair, as a multi-launch eager kernel's can be: the geomean's
+    # interval must hold that, not the floor's 1%
+    loud_a = _pooled_run(1.0, [0.03, -0.03, -0.03, 0.03])
+    loud_b = _pooled_run(1.03, [-0.03, 0.03, 0.03, -0.03])
+    assert process_offset(loud_a) == pytest.approx(math.sqrt(2) * 0.03, rel=0.01)   # from (6%)^2 / 2 a pair
+    s = compare_runs(loud_a, loud_b)["summary"]
+    assert s["geomean_ratio"] == pytest.approx(1.03, abs=0.002)
+    assert s["geomean_ratio_ci95"][0] < 1.0 and s["verdict"] == "UNSURE"
+    assert s["process_offset_pct"] == [pytest.approx(4.24, abs=0.01)] * 2
+    # the same 3% with quiet processes is a verdict
+    assert compare_runs(quiet, _pooled_run(1.03, [0.001, -0.001, 0.002, -0.002]))["summary"]["verdict"] == "SLOWER"
+
+
+def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
+    from kbench.process_offsets import cells, fit, offset_variance
+
+    # a pool of 8 without lasting offsets, each process 5% either way case by case (SD): five
+    # cases a process leave (5%)^2 / 5 in a raw reading of its offsets; the scatter is taken
+    # out (30 seeded runs: a single run's reading has only 4 degrees of freedom)
+    rng = random.Random(3)
+    raw, corrected = [], []
+    for _ in range(30):
+        run = _pooled_run(1.0, [0.0] * 8)
+        for c in run["cases"]:
+            c["latency_by_process_ms"] = [m * math.exp(rng.gauss(0, 0.05)) for m in c["latency_by_process_ms"]]
+        f = fit(cells(run["cases"]))
+        raw.append(sum(v * v for v in f.offsets.values()) / 4)
+        variance, df = offset_variance(cells(run["cases"]))
+        corrected.append(variance)
+        assert df == 4
+    assert sum(raw) / 30 == pytest.approx(0.05 ** 2 / 5, rel=0.35)
+    assert sum(corrected) / 30 < sum(raw) / 30 / 3
