@@ -45,7 +45,8 @@ def run_figures(run: dict) -> dict:
     for side, who in (("case", "sub"), ("baseline", "base")):
         cells = process_offsets.cells(cases, side)
         offsets = process_offsets.fit(cells).offsets
-        out[f"{who}_process_pct"] = {pid: round(100 * v, 2) for pid, v in sorted(offsets.items())}
+        out[f"{who}_process_pct"] = {(pid if gpu is None else f"{gpu}:{pid}"): round(100 * v, 2)
+                                     for (gpu, pid), v in sorted(offsets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))}
         variance = process_offsets.offset_variance(cells)
         out[f"{who}_process_var_pct2"] = round(1e4 * variance[0], 4) if variance else None
     return out

@@ -18,20 +18,22 @@ FIELDS = {"case": ("process_ids", "latency_by_process_ms"),
 
 @dataclass(frozen=True)
 class Fit:
-    offsets: dict          # process id -> offset (log scale), mean 0 within its group
+    offsets: dict          # process -> offset (log scale), mean 0 within its group
     levels: dict           # case index -> level (log scale)
-    groups: list           # sets of process ids linked by shared cases
+    groups: list           # sets of processes linked by shared cases
 
 
-def cells(cases: list[dict], side: str = "case") -> list[tuple[int, int, float]]:
-    """(case index, process id, log median) of every timed process of every case."""
+def cells(cases: list[dict], side: str = "case") -> list[tuple[int, tuple, float]]:
+    """(case index, process, log median) of every timed process of every case. A process is
+    (card label, id in its pool): a run spread over GPUs (``--gpus``, ``--ray``) numbers each
+    child's pool from 0."""
     ids_field, medians_field = FIELDS[side]
-    return [(i, pid, math.log(median)) for i, c in enumerate(cases)
+    return [(i, (c.get("gpu"), pid), math.log(median)) for i, c in enumerate(cases)
             for pid, median in zip(c.get(ids_field) or [], c.get(medians_field) or [])
             if median and median > 0]
 
 
-def fit(cells: list[tuple[int, int, float]], rounds: int = 500) -> Fit:
+def fit(cells: list[tuple[int, object, float]], rounds: int = 500) -> Fit:
     """Case levels and process offsets by alternating least squares. Offsets compare only
     within a group of processes that shared cases, and have mean 0 in each: kbench's pool
     rotation gives a pool of 8 with 2 processes a case four groups of two (0-1, 2-3, ...),
@@ -68,7 +70,7 @@ def fit(cells: list[tuple[int, int, float]], rounds: int = 500) -> Fit:
     return Fit(offsets, levels, groups)
 
 
-def offset_variance(cells: list[tuple[int, int, float]]) -> tuple[float, int] | None:
+def offset_variance(cells: list[tuple[int, object, float]]) -> tuple[float, int] | None:
     """The variance of a process's lasting offset (log scale, squared) and its degrees of
     freedom, or None where no two processes shared a case. The offsets' spread within each
     group, less what a process's own case-to-case scatter adds to its fitted offset (the

@@ -368,3 +368,12 @@ def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
         assert df == 4
     assert sum(raw) / 30 == pytest.approx(0.05 ** 2 / 5, rel=0.35)
     assert sum(corrected) / 30 < sum(raw) / 30 / 3
+
+
+def test_processes_of_different_cards_are_different_processes():
+    from kbench.process_offsets import cells
+
+    # --gpus numbers each child's pool from 0: process 0 on cuda:0 is not process 0 on cuda:1
+    records = [{"gpu": gpu, "process_ids": [0, 1], "latency_by_process_ms": [0.005, 0.0051]}
+               for gpu in ("cuda:0", "cuda:1")]
+    assert {p for _, p, _ in cells(records)} == {("cuda:0", 0), ("cuda:0", 1), ("cuda:1", 0), ("cuda:1", 1)}
