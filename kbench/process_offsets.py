@@ -90,3 +90,20 @@ def offset_variance(cells: list[tuple[int, object, float]]) -> tuple[float, int]
         residual = sum((y - f.levels[c] - f.offsets[p]) ** 2 for c, p, y in cells) / residual_df
         raw -= residual * statistics.fmean(1 / n for n in taken.values())
     return max(0.0, raw), df
+
+
+def case_spread(cells: list[tuple[int, object, float]]) -> float | None:
+    """The variance (log scale, squared) of one process's median about its case's figure, for
+    a typical case: pooled over the run's cases, where a case's own K processes give it K - 1
+    degrees of freedom (one, with two). Robust to a few cases whose processes split wide (they
+    keep their own spread): the median of the cases' sample variances, divided by the median
+    of a chi-square over its degrees of freedom ((1 - 2 / 9k)^3, Wilson-Hilferty). None with
+    fewer than three cases timed in two or more processes."""
+    by_case = defaultdict(list)
+    for case, _, y in cells:
+        by_case[case].append(y)
+    variances = [(statistics.variance(ys), len(ys) - 1) for ys in by_case.values() if len(ys) >= 2]
+    if len(variances) < 3:
+        return None
+    df = statistics.median_low(k for _, k in variances)
+    return statistics.median(v for v, _ in variances) / (1 - 2 / (9 * df)) ** 3

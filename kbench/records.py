@@ -5,7 +5,7 @@ import math
 import platform
 from datetime import datetime, timezone
 
-from . import __version__, native
+from . import __version__, native, process_offsets
 from .check import CheckResult
 from .detectors import below_floor
 from .interface import TASK
@@ -115,6 +115,38 @@ def summarize_run(records: list[dict]) -> dict:
     }
 
 
+_SIDES = {"case": ("latency_ms", "noise", "latency_ci95_ms", "process_ids"),
+          "baseline": ("baseline_latency_ms", "baseline_noise", "baseline_ci95_ms", "baseline_process_ids")}
+
+
+def widen_by_process_spread(records: list[dict]) -> dict:
+    """Give every timed case at least the interval a typical case's processes show.
+
+    A case's own K processes (two by default) read the spread between processes with K - 1
+    degrees of freedom: two that happen to sit together give a tight interval that the next
+    run's two need not share (qknorm's cases: 1-3% per process on the H100). The run's cases
+    together read it far better (``process_offsets.case_spread``); a case's relative standard
+    error is raised to that spread / sqrt(K) where it was below, and its 95% interval with it.
+    Returns each side's spread (SD, %) for the run record; None where too few cases had two
+    processes."""
+    spread = {}
+    for side, (ms_key, noise_key, ci_key, ids_key) in _SIDES.items():
+        variance = process_offsets.case_spread(process_offsets.cells(records, side))
+        spread[side] = _r(100 * math.sqrt(variance), 3) if variance is not None else None
+        if variance is None:
+            continue
+        for rec in records:
+            ms, k = rec.get(ms_key), len(rec.get(ids_key) or [])
+            if not ms or not k or rec.get(noise_key) is None:
+                continue
+            floor = math.sqrt(variance / k)
+            if floor > rec[noise_key]:
+                half = 1.96 * floor * ms
+                rec[noise_key] = _r(floor, 5)
+                rec[ci_key] = [_r(ms - half), _r(ms + half)]
+    return spread
+
+
 def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
                notes: list[str], fatal: str | None, wall: dict | None = None, calibration_of=None) -> dict:
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
@@ -124,6 +156,7 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
     if roofline is not None:
         for rec in records:
             add_roofline(rec, roofline(rec["params"]), calibration_of(rec) if calibration_of else calibration)
+    spread = widen_by_process_spread(records)
     summary = summarize_run(records)
     summary["fatal"] = fatal
     native_score = TASK.get(task.module, "native_score")
@@ -146,6 +179,9 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             # medians), taken in turn from a pool of this many
             "processes": options.process_count,
             "pool": options.pool_size,
+            # one process's median about its case's figure in a typical case (SD, %): every
+            # case's interval holds at least this / sqrt(processes) (widen_by_process_spread)
+            "process_spread_pct": spread,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

@@ -126,3 +126,44 @@ def test_a_tasks_gpu_pool_is_the_default_pool_on_a_gpu_only():
     assert Runner(task, cpu_options()).options.pool_size == 1
     # a task without GPU_POOL keeps --processes' default
     assert Runner(get_task("mla_decode"), cpu_options(device="cuda")).options.pool_size == 2
+
+
+def _timed(ms: float, by_process: list[float], noise: float = 0.004) -> dict:
+    half = 1.96 * noise * ms
+    return {"latency_ms": ms, "noise": noise, "latency_ci95_ms": [ms - half, ms + half],
+            "process_ids": list(range(len(by_process))), "latency_by_process_ms": by_process,
+            "baseline_latency_ms": None, "baseline_noise": None, "baseline_ci95_ms": None}
+
+
+def test_a_case_whose_two_processes_happen_to_agree_gets_the_spread_the_others_show():
+    from kbench.records import widen_by_process_spread
+
+    # nine cases whose two processes sit 4% apart, one whose two agree: its own tight interval
+    # is one draw of a spread the run shows nine times over
+    records = [_timed(0.005, [0.0049, 0.0051]) for _ in range(9)] + [_timed(0.005, [0.005, 0.005])]
+    spread = widen_by_process_spread(records)
+    # the median case's variance, 0.04^2 / 2, over the median of a chi-square of one degree of
+    # freedom (0.47): what random draws of that spread would give as their median
+    expected = (0.04 ** 2 / 2 / (1 - 2 / 9) ** 3) ** 0.5
+    assert spread["case"] == pytest.approx(100 * expected, abs=0.05) and spread["baseline"] is None
+    lucky = records[-1]
+    assert lucky["noise"] == pytest.approx(expected / 2 ** 0.5, rel=0.01)
+    assert lucky["latency_ci95_ms"][0] < 0.005 * (1 - 0.05) and lucky["latency_ci95_ms"][1] > 0.005 * 1.05
+
+
+def test_processes_that_agree_leave_the_intervals_as_they_were():
+    from kbench.records import widen_by_process_spread
+
+    records = [_timed(0.06, [0.05998, 0.06002]) for _ in range(6)]
+    before = [dict(r) for r in records]
+    widen_by_process_spread(records)
+    assert records == before
+
+
+def test_one_case_whose_processes_split_wide_does_not_widen_the_others():
+    from kbench.records import widen_by_process_spread
+
+    records = [_timed(0.005, [0.004998, 0.005002]) for _ in range(9)] + [_timed(0.005, [0.0046, 0.0054], 0.06)]
+    widen_by_process_spread(records)
+    assert all(r["noise"] == 0.004 for r in records[:9])   # the median case: 0.1% apart
+    assert records[-1]["noise"] == 0.06
