@@ -136,8 +136,14 @@ class Replicas:
         return self.per_case
 
     def begin_case(self, index: int) -> None:
-        """Case ``index`` (0-based, in run order) goes to the next ``per_case`` processes."""
-        self.first = index * self.per_case % len(self.members)
+        """Case ``index`` (0-based, in run order) goes to the next ``per_case`` processes. Where
+        they go round a pool in whole steps (8 by 2), each time round starts one later, so the
+        cases link every process to the others (0-1, 2-3, ..., then 1-2, 3-4, ...), not fixed
+        pairs: a run's records then place each process's offset against all of them
+        (kbench/process_offsets.py)."""
+        size, start = len(self.members), index * self.per_case
+        shift = start // size if size % self.per_case == 0 and size > self.per_case else 0
+        self.first = (start + shift) % size
 
     @property
     def window(self) -> list[int]:

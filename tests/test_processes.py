@@ -167,3 +167,19 @@ def test_one_case_whose_processes_split_wide_does_not_widen_the_others():
     widen_by_process_spread(records)
     assert all(r["noise"] == 0.004 for r in records[:9])   # the median case: 0.1% apart
     assert records[-1]["noise"] == 0.06
+
+
+def test_cases_link_every_process_of_a_pool_of_eight():
+    from kbench.process_offsets import fit
+    from kbench.targets import Replicas
+
+    member = type("Member", (), {"label": "submission", "strict": True})
+    pool = Replicas([member() for _ in range(8)], per_case=2)
+    windows = []
+    for i in range(20):   # qknorm's full suite
+        pool.begin_case(i)
+        windows.append(pool.window)
+    assert windows[:8] == [[0, 1], [2, 3], [4, 5], [6, 7], [1, 2], [3, 4], [5, 6], [7, 0]]
+    assert all(sum(p in w for w in windows) == 5 for p in range(8))   # five cases each
+    cells = [(i, p, 0.0) for i, w in enumerate(windows) for p in w]
+    assert len(fit(cells).groups) == 1   # one linked group, not four pairs
