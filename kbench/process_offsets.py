@@ -35,8 +35,8 @@ def cells(cases: list[dict], side: str = "case") -> list[tuple[int, tuple, float
 
 def fit(cells: list[tuple[int, object, float]], rounds: int = 500) -> Fit:
     """Case levels and process offsets by alternating least squares. Offsets compare only
-    within a group of processes that shared cases, and have mean 0 in each: kbench's pool
-    rotation gives a pool of 8 with 2 processes a case four groups of two (0-1, 2-3, ...),
+    within a group of processes that shared cases, and have mean 0 in each: fixed pairs (a
+    pool of 8 two a case as kbench rotated it before 0b0171f: 0-1, 2-3, ...) are four groups,
     where a case's level cannot tell one pair from another."""
     by_case, by_process = defaultdict(list), defaultdict(list)
     for case, pid, y in cells:

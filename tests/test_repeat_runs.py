@@ -114,7 +114,7 @@ def test_process_offsets_in_a_pool_larger_than_a_case_are_each_processs_own():
     linked = repeat_runs.run_figures(_pool_run(offsets, lambda i: (i % 4, (i + 1) % 4)))
     assert linked["sub_process_pct"] == pytest.approx({p: 100 * v for p, v in offsets.items()}, abs=0.01)
     assert linked["sub_process_var_pct2"] == pytest.approx(statistics.variance([-3, -1, 1, 3]), rel=1e-3)
-    # kbench's rotation, a pool of 4 two a case: pairs 0-1 and 2-3 only. Each pair's offsets
+    # fixed pairs (kbench's rotation before 0b0171f), a pool of 4 two a case: 0-1 and 2-3. Each pair's offsets
     # are read about the pair's mean, and the variance from the differences within the pairs
     pairs = repeat_runs.run_figures(_pool_run(offsets, lambda i: ((2 * i) % 4, (2 * i + 1) % 4)))
     assert pairs["sub_process_pct"] == pytest.approx({0: -1.0, 1: 1.0, 2: -1.0, 3: 1.0}, abs=0.01)
