@@ -44,10 +44,11 @@ def run_figures(run: dict) -> dict:
         out["base_us"] = 1e3 * geomean([c["baseline_latency_ms"] for c in timed])
     for side, who in (("case", "sub"), ("baseline", "base")):
         cells = process_offsets.cells(cases, side)
-        offsets = process_offsets.fit(cells).offsets
+        fitted = process_offsets.fit(cells)
+        by_process = sorted(fitted.offsets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))   # (card, id)
         out[f"{who}_process_pct"] = {(pid if gpu is None else f"{gpu}:{pid}"): round(100 * v, 2)
-                                     for (gpu, pid), v in sorted(offsets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))}
-        variance = process_offsets.offset_variance(cells)
+                                     for (gpu, pid), v in by_process}
+        variance = process_offsets.offset_variance(cells, fitted)
         out[f"{who}_process_var_pct2"] = round(1e4 * variance[0], 4) if variance else None
     return out
 

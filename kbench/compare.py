@@ -40,6 +40,13 @@ def process_offset(run: dict, side: str = "case") -> float:
     return max(PROCESS_REL, math.sqrt(variance[0]) if variance else 0.0)
 
 
+def _show_offsets(summary: dict, offsets: tuple[float, float]) -> None:
+    """A's and B's per-process offsets (%) in the summary, with the floor the report checks
+    them against."""
+    summary["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
+    summary["process_offset_floor_pct"] = 100 * PROCESS_REL
+
+
 def load_result(path: Path) -> dict:
     """A saved ``kbench eval --json`` result (a single run)."""
     try:
@@ -156,8 +163,7 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     offsets = process_offset(run_a), process_offset(run_b)
     out = compare_cases(pairs, controls if normalize else None,
                         shared_noise(_processes(run_a), _processes(run_b), *offsets), timed)
-    out["summary"]["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
-    out["summary"]["process_offset_floor_pct"] = 100 * PROCESS_REL
+    _show_offsets(out["summary"], offsets)
     if not normalize:  # shown, not divided out: did the card itself move between the runs?
         for row in out["rows"]:
             if row["case"] in controls and row["ratio"] is not None:
@@ -189,8 +195,7 @@ def compare_interleaved(run: dict) -> dict:
     k = _processes(run)
     offsets = process_offset(run, "baseline"), process_offset(run, "case")
     out = compare_cases(pairs, shared=shared_noise(k, k, *offsets), timed=bool(run["timing"]["meaningful"]))
-    out["summary"]["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
-    out["summary"]["process_offset_floor_pct"] = 100 * PROCESS_REL
+    _show_offsets(out["summary"], offsets)
     out["summary"]["interleaved"] = True
     out["warnings"] = []
     return out

@@ -19,20 +19,6 @@ def data_dir(name: str) -> Path:
     return _PACKAGE_DIR.parent / name
 
 
-def top_level_int(path, name: str) -> int | None:
-    """The int a Python file assigns to ``name`` at its top level (``NAME = 8``), read with
-    ``ast``: the file is never run. None where it assigns no int literal or does not parse."""
-    try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
-    except (OSError, SyntaxError):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
-                and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
-            return node.value.value
-    return None
-
-
 def load_module(path: Path, name: str | None = None) -> ModuleType:
     """Import one file under a private module name, so it cannot clash with ``reference``/``task``."""
     path = Path(path).resolve()
@@ -63,15 +49,20 @@ def load_sibling(folder, stem: str) -> ModuleType:
     return module
 
 
-def top_level_names(path) -> set[str]:
-    """The names a Python file defines at its top level (functions, classes, assignments),
-    read with ``ast``: the file is never run. Empty for a file that does not parse."""
+def _top_level(path) -> list[ast.stmt]:
+    """A Python file's top-level statements, read with ``ast``: the file is never run. Empty
+    for a file that does not parse."""
     try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
+        return ast.parse(Path(path).read_text(errors="replace")).body
     except SyntaxError:
-        return set()
+        return []
+
+
+def top_level_names(path) -> set[str]:
+    """The names a Python file defines at its top level (functions, classes, assignments).
+    Empty for a file that does not parse."""
     names = set()
-    for node in tree.body:
+    for node in _top_level(path):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -79,3 +70,13 @@ def top_level_names(path) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return names
+
+
+def top_level_int(path, name: str) -> int | None:
+    """The int a Python file assigns to ``name`` at its top level (``NAME = 8``); None where it
+    assigns no int literal or does not parse."""
+    for node in _top_level(path):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
+                and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+            return node.value.value
+    return None

@@ -70,14 +70,15 @@ def fit(cells: list[tuple[int, object, float]], rounds: int = 500) -> Fit:
     return Fit(offsets, levels, groups)
 
 
-def offset_variance(cells: list[tuple[int, object, float]]) -> tuple[float, int] | None:
+def offset_variance(cells: list[tuple[int, object, float]], fitted: Fit | None = None) -> tuple[float, int] | None:
     """The variance of a process's lasting offset (log scale, squared) and its degrees of
     freedom, or None where no two processes shared a case. The offsets' spread within each
     group, less what a process's own case-to-case scatter adds to its fitted offset (the
-    residual variance over the cases it took)."""
+    residual variance over the cases it took). ``fitted``: ``fit(cells)``, where the caller
+    has it already."""
     if not cells:
         return None
-    f = fit(cells)
+    f = fitted or fit(cells)
     df = sum(len(g) - 1 for g in f.groups)
     if df == 0:
         return None

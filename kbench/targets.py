@@ -187,7 +187,7 @@ class Replicas:
         one process shows in that one alone. A process that died took its state with it (its
         failure is on its case); one never used has run nothing since setup."""
         for m in self.members:
-            if m.load_failure is None and m.readied and m.worker is not None and m.worker.alive:
+            if m.readied and m.load_failure is None and m.worker.alive:   # readied: it has a worker
                 reply = m.request(protocol.AfterRun(), what)
                 if isinstance(reply, Failure):
                     return reply
