@@ -165,12 +165,21 @@ class Replicas:
             m.start(setup_cases)
 
     def ready(self) -> Failure | None:
-        """Wait for this case's first process (the one that takes the first checked call)."""
-        return self.members[self.first].ready()
+        """Wait for every process of the pool, not only this case's: they start together, and
+        one still loading (CUDA's start-up, Triton's) would run on the device beside a timed
+        call of another. The load failure, if any."""
+        for m in self.members:
+            if not m.readied:
+                m.ready()
+        return self.load_failure
 
     def ensure_running(self, every: bool = False) -> Failure | None:
-        """This case's first process (``every``: all of its processes) running, or the load
-        failure."""
+        """This case's first process (``every``: the whole pool loaded, then all of this case's
+        processes) running, or the load failure."""
+        if every and not all(m.readied for m in self.members):
+            failure = self.ready()
+            if failure:
+                return failure
         for i in self.window if every else self.window[:1]:
             failure = self.members[i].ensure_running()
             if failure:
@@ -182,10 +191,10 @@ class Replicas:
         return self.members[self.window[process]].request(message, what)
 
     def end_of_run(self, what: str) -> Failure | None:
-        """The contract's end-of-run check in every process that timed something and still
-        runs: each has its own compile caches (block_sparse_attn), so JIT during timing in
-        one process shows in that one alone. A process that died took its state with it (its
-        failure is on its case); one never used has run nothing since setup."""
+        """The contract's end-of-run check in every loaded process that still runs: each has
+        its own compile caches (block_sparse_attn), so JIT during timing in one process shows
+        in that one alone. A process that died took its state with it (its failure is on its
+        case); one a short suite never used passes it, having run nothing since setup."""
         for m in self.members:
             if m.readied and m.load_failure is None and m.worker.alive:   # readied: it has a worker
                 reply = m.request(protocol.AfterRun(), what)

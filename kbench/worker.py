@@ -193,6 +193,7 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
         audit.add_own_dir(tempfile.gettempdir())  # the worker's private temp folder (Frontier code)
         audit.install()
         caller.entry = contract.load(target)
+        _warm_triton(device)
         loaded = _perf_counter()
     except BaseException as exc:  # noqa: BLE001 - any failure to load is reported, not raised
         traceback.print_exc()
@@ -226,6 +227,23 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
             profiler.dump_stats(os.path.join(profile_dir, f"worker-{target.stem}-{os.getpid()}.prof"))
         return
     _serve(conn, caller, contract, audit, watch, target)
+
+
+def _warm_triton(device: str) -> None:
+    """Triton's first launch in a process hashes Triton's own sources and library for its cache
+    key: 0.46 s of the first call on the H100 host, in every process. Done at load, a pool's
+    workers pay it side by side while they start, instead of one after another inside the first
+    cases they time (docs/measurement.md, "Processes"). Only when the submission imported Triton."""
+    if not device.startswith("cuda") or "triton" not in sys.modules:
+        return
+    try:
+        try:
+            from triton.runtime.cache import triton_key
+        except ImportError:   # Triton before 3.2
+            from triton.compiler.compiler import triton_key
+        triton_key()   # cached for the process (functools.lru_cache)
+    except Exception:  # noqa: BLE001 - a Triton without it only loses the head start
+        pass
 
 
 def _serve(conn, caller: Caller, contract, audit: AuditLog, watch: Watch, target: Path) -> None:

@@ -183,3 +183,45 @@ def test_cases_link_every_process_of_a_pool_of_eight():
     assert all(sum(p in w for w in windows) == 5 for p in range(8))   # five cases each
     cells = [(i, p, 0.0) for i, w in enumerate(windows) for p in w]
     assert len(fit(cells).groups) == 1   # one linked group, not four pairs
+
+
+def test_no_process_of_the_pool_is_still_loading_when_the_first_case_is_timed(monkeypatch):
+    # a loading process runs on the device (CUDA's start-up, Triton's): beside another
+    # process's timed call it would be in the figure. Every process of both pools is ready
+    # before the first warm-up, though the first case uses two of the three.
+    events, real_ready, real_request = [], Target.ready, Target.request
+
+    def ready(self):
+        events.append(("ready", self.label))
+        return real_ready(self)
+
+    def request(self, message, what):
+        events.append((type(message).__name__, self.label))
+        return real_request(self, message, what)
+
+    monkeypatch.setattr(Target, "ready", ready)
+    monkeypatch.setattr(Target, "request", request)
+    options = cpu_options(processes=2, pool=3, baseline="torch", only=("b3_q5_kv2_d64_f16",), warmup_ms=1.0,
+                          stop=StopRule(noise=0.5, min_samples=2, max_samples=4, budget_s=0.5))
+    run = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "torch_eager")
+    assert [c["status"] for c in run["cases"]] == ["passed"], run["cases"][0]["reason"]
+    first_warmup = events.index(next(e for e in events if e[0] == "Warmup"))
+    readied = [label == "torch" for what, label in events[:first_warmup] if what == "ready"]
+    assert sorted(readied) == [False] * 3 + [True] * 3, events[:first_warmup]   # submission, baseline
+    assert not any(what == "ready" for what, _ in events[first_warmup:])
+
+
+def test_the_worker_hashes_triton_at_load_on_a_gpu_only(monkeypatch):
+    # Triton's cache key (0.46 s a process on the H100 host) is paid while the pool starts,
+    # side by side, not at each process's first call inside a case
+    import triton  # noqa: F401  (the submission would have imported it)
+    from triton.runtime import cache
+
+    from kbench import worker
+
+    calls = []
+    monkeypatch.setattr(cache, "triton_key", lambda: calls.append(1))
+    worker._warm_triton("cpu")
+    assert calls == []
+    worker._warm_triton("cuda")
+    assert calls == [1]
