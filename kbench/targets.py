@@ -165,21 +165,21 @@ class Replicas:
             m.start(setup_cases)
 
     def ready(self) -> Failure | None:
-        """Wait for every process of the pool, not only this case's: they start together, and
-        one still loading (CUDA's start-up, Triton's) would run on the device beside a timed
-        call of another. The load failure, if any."""
-        for m in self.members:
-            if not m.readied:
-                m.ready()
-        return self.load_failure
+        """Wait for this case's first process (the one that takes the first checked call)."""
+        return self.members[self.first].ready()
 
     def ensure_running(self, every: bool = False) -> Failure | None:
-        """This case's first process (``every``: the whole pool loaded, then all of this case's
-        processes) running, or the load failure."""
-        if every and not all(m.readied for m in self.members):
-            failure = self.ready()
-            if failure:
-                return failure
+        """This case's first process running, or the load failure. ``every``: the whole pool
+        loaded first, then all of this case's processes. The pool starts together, and a
+        process still loading (CUDA's start-up, Triton's) would run on the device beside a
+        timed call of another; an untimed first check may overlap it, so a submission that
+        fails every case is rejected without waiting for the pool."""
+        if every:
+            for m in self.members:
+                if not m.readied:
+                    m.ready()
+            if self.load_failure:
+                return self.load_failure
         for i in self.window if every else self.window[:1]:
             failure = self.members[i].ensure_running()
             if failure:
