@@ -239,7 +239,7 @@ def _warm_triton(device: str) -> None:
     try:
         try:
             from triton.runtime.cache import triton_key
-        except ImportError:   # Triton before 3.2
+        except ImportError:   # older Triton kept it here
             from triton.compiler.compiler import triton_key
         triton_key()   # cached for the process (functools.lru_cache)
     except Exception:  # noqa: BLE001 - a Triton without it only loses the head start
