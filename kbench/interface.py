@@ -200,6 +200,6 @@ CONTRACT = Interface("contract.py", (
          "(compile everything here); an exception fails the load as `setup failed: ...`",
          required=False, args=3),
     Name("after_run", "after_run(entry) -> None",
-         "in each of the submission's workers that timed a case, after the last case; an exception "
+         "in each of the submission's loaded workers still running, after the last case; an exception "
          "fails the run (block_sparse_attn: no compile cache changed after setup)", required=False, args=1),
 ))
