@@ -5,8 +5,8 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
 
     live inputs allocated (new storages, same views,       host only
       each at a random shift of up to 4 MB)
-    primer: the previous call's arguments called again,    untimed; calls under 1 ms only
-      outputs dropped
+    primer: the previous call again, on its own inputs     untimed; calls under 1 ms only
+      prepared anew, outputs dropped
     gate: a spin kernel holds the stream                   |
     live inputs copied in on the stream                    |  the host enqueues all of
     prepare(live)  (the contract's own set-up)             |  this while the gate holds;
@@ -36,7 +36,11 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
   the H100 a call of a few microseconds ran 0.03-0.2 us slower right after another CUDA
   context's kernels than after its own (a plain process), and as fast as in a plain process
   once it had run once since (docs/measurement.md, "Primer"). It runs on the previous call's
-  arguments, never on this call's: it cannot compute this call's answer ahead.
+  inputs, never on this call's: it cannot compute this call's answer ahead. Those inputs go
+  through ``prepare`` again first, because a call may change its inputs (mla_decode appends a
+  row to its cache and advances its length; a second call on the same arguments would write
+  past the end of a full cache), and only the same function is primed (a bench script times
+  several functions with one timer).
 - The lead-in puts the call behind short kernels, as a model's previous kernels would be,
   instead of directly behind the 80-us flush. On the H100, a call made of a few short
   launches (flashinfer's rmsnorm: two 2.5-us kernels) ran directly behind the flush at one
@@ -115,8 +119,8 @@ class CallTimer:
         self.gate_ms = 0.5
         self.enqueue_ms = 0.0   # host time from the gate to the end event, last call
         self.gate_off = False   # set when the calls cannot be held (they wait for the device)
-        self.primer = None      # the last timed call's arguments, while its calls are short
-        self.last_args = None
+        self.primer = None      # (invoke, prepare, live inputs) of the last timed call, while its calls are short
+        self.last_call = None
         if self.cuda:
             self.sync = torch.cuda.synchronize
             self.event = torch.cuda.Event
@@ -256,7 +260,7 @@ class CallTimer:
             return snap, Sample(host, host, host, True, 0.0, 0, 0.0)
         misses = 0
         while True:
-            self.last_args = None
+            self.last_call = None
             out, live, pairs, sample = (self._graph_once if graph else self._once)(invoke, prepare, inputs)
             if sample.held or self.gate_off:
                 # Shrink back towards what enqueueing really takes: a gate is spent device time.
@@ -270,8 +274,8 @@ class CallTimer:
             if misses >= MAX_TRIES:
                 self.gate_off = True
         # Kept for the next call's primer (eager calls only: a graph call captures anew).
-        self.primer = self.last_args if sample.device_ms < PRIMER_BELOW_MS else None
-        self.last_args = None
+        self.primer = self.last_call if sample.device_ms < PRIMER_BELOW_MS else None
+        self.last_call = None
         snap = self.outputs(out, inputs, live)
         self.copy_back(pairs)
         self.sync()
@@ -296,9 +300,12 @@ class CallTimer:
                       self.settle_floor_ms)
 
     def _prime(self, invoke) -> None:
-        """The previous call's arguments, called again before the gate; outputs dropped."""
+        """The previous call of the same function again before the gate, on its own inputs
+        prepared anew; outputs dropped."""
         if self.primer is not None:
-            invoke(self.primer)
+            primed, prepare, live = self.primer
+            if primed == invoke:   # == : a bound method is a new object at every access
+                invoke(prepare(live))
 
     def _once(self, invoke, prepare, inputs):
         start, end, done = self._events()
@@ -309,7 +316,7 @@ class CallTimer:
         gate = self._gate()
         self.copy_in(pairs)
         args = prepare(live)
-        self.last_args = args
+        self.last_call = (invoke, prepare, live)
         self.flush()
         spacer = self.empty(self._pad(), dtype=torch.uint8, device=self.device)  # moves the outputs too
         small = self.empty(self._pad() % SMALL_POOL_BYTES, dtype=torch.uint8, device=self.device)

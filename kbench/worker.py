@@ -118,7 +118,7 @@ def _watch(caller: Caller, contract) -> Watch:
     watch.add("caller", caller, tuple(n for n in vars(caller) if n != "entry"))
     watch.add("timer", caller.timer, tuple(n for n in vars(caller.timer)
                                            if n not in ("gate_ms", "gate_off", "enqueue_ms",
-                                                        "primer", "last_args")))
+                                                        "primer", "last_call")))
     watch.add("contract", contract, tuple(n for n, v in vars(contract).items() if callable(v)))
     watch.add("Connection", multiprocessing.connection.Connection)
     watch.add("ForkingPickler", ForkingPickler, ("dumps",))

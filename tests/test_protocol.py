@@ -160,6 +160,34 @@ def test_a_short_call_is_primed_with_the_previous_calls_arguments_never_its_own(
     assert seen == [1.0, 1.0, 2.0, 2.0, 3.0]
 
 
+def test_the_primer_prepares_the_previous_inputs_again_so_a_call_that_changes_them_can_repeat():
+    # Like mla_decode: the call appends to its cache and advances the length; prepare resets it.
+    timer = _FakeEvents(device_ms=0.01)
+    calls = []
+
+    def prepare(live):
+        live["length"].zero_()
+        return live
+
+    def invoke(args):
+        assert int(args["length"]) == 0, "called on inputs that were not prepared"
+        args["length"] += 1
+        calls.append(float(args["x"][0]))
+        return (args["x"] * 2,)
+
+    for value in (1, 2, 3):
+        timer.timed(invoke, prepare, {"x": torch.full((4,), float(value)), "length": torch.zeros((), dtype=torch.long)})
+    assert calls == [1.0, 1.0, 2.0, 2.0, 3.0]
+
+
+def test_a_call_is_never_primed_with_another_functions_inputs():
+    timer = _FakeEvents(device_ms=0.01)
+    seen = []
+    timer.timed(lambda a: (a["x"] + 1,), lambda live: live, {"x": torch.zeros(2)})
+    timer.timed(lambda a: (seen.append(sorted(a)), (a["y"] + 1,))[1], lambda live: live, {"y": torch.zeros(2)})
+    assert seen == [["y"]]
+
+
 def test_a_long_call_is_not_primed():
     seen = _calls_seen(_FakeEvents(device_ms=call_timer.PRIMER_BELOW_MS), [1, 2, 3])
     assert seen == [1.0, 2.0, 3.0]
