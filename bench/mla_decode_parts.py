@@ -1,7 +1,7 @@
 """Where a call of the bundled mla_decode kernel spends its time, which `kbench eval` (whole calls
 only) does not say: each step of custom_kernel alone, and the attention kernel's launch configs.
 
-    python bench/mla_decode_parts.py [--case prefill6144] [--calls 20] [--sweep]
+    python bench/mla_decode_parts.py [--suite full] [--case prefill6144] [--calls 20] [--sweep]
 
 Each step runs on the case's own inputs (the intermediate tensors computed once, as
 custom_kernel computes them) and is timed with kbench's own protocol for one call
@@ -21,10 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own)
-SWEEP = [(64, 64, 1, 8, 1, False), (64, 64, 1, 8, 2, True), (64, 64, 1, 8, 3, True), (64, 64, 2, 8, 1, True),
-         (64, 64, 2, 8, 2, True), (64, 32, 2, 8, 3, True), (64, 64, 2, 4, 2, True)]
-KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass")
+# block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own),
+# gluon (the Gluon kernel of mla_decode_gluon.py on Hopper; the first five keys are then the Triton kernel's only),
+# pipeline (Gluon: the next tile's scores issued behind this tile's P.V)
+SWEEP = [(64, 64, 1, 8, 2, True, False, False), (64, 64, 1, 8, 2, True, True, False),
+         (64, 64, 1, 8, 2, True, True, True)]
+KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass", "gluon", "pipeline")
 
 
 def steps(kernel, inputs: dict, prepare) -> dict:
@@ -49,6 +51,9 @@ def steps(kernel, inputs: dict, prepare) -> dict:
             lambda a: ((a["x"] @ a["down"].t()) @ a["up"].t(),)),
         "absorption bmm (q_nope -> latent)": (
             {"q": q, "w": w}, lambda a: (torch.bmm(a["q"][..., :nope].transpose(0, 1), a["w"][:, :nope]),)),
+        "keys' RoPE pass (part of the attention)": (
+            {"kv": cache.data},
+            lambda a: (kernel.rope_keys(a["kv"], kv_len, R, *kernel._trig_table(rope // 2, a["kv"].shape[1], a["kv"].device)),)),
         "attention kernel": (
             {"q_lat": q_lat, "q": q, "kv": cache.data},
             lambda a: (kernel.mla_attention(a["q_lat"], a["q"], a["kv"], kv_len, nope, 1.0 / math.sqrt(nope + rope)),)),
@@ -71,7 +76,8 @@ def median_ms(timer, fn, inputs: dict, calls: int, prepare=None) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default=None, help="a case of the full suite (default: prefill6144; smoke-0 on CPU)")
+    ap.add_argument("--suite", default=None, help="the suite of --case (default: full; smoke on CPU)")
+    ap.add_argument("--case", default=None, help="a case of the suite (default: its last)")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -85,7 +91,7 @@ def main() -> int:
     from kbench.timing import flush_bytes
 
     task = get_task("mla_decode")
-    suite = task.suite("full" if args.device == "cuda" else "smoke")
+    suite = task.suite(args.suite or ("full" if args.device == "cuda" else "smoke"))
     case = next(c for c in suite.cases if c.name == (args.case or suite.cases[-1].name))
     contract, module = task.contract, task.module
     entry = contract.load(submission_file(task, ROOT / "submissions" / "mla_decode"))
@@ -109,6 +115,11 @@ def main() -> int:
             print(f"attention kernel by {KEYS}:", flush=True)
             launched = {}
             jit = kernel._mla_attn_kernel
+            gluon_launch = kernel._gluon.launch if kernel._gluon is not None else None
+
+            def spy_gluon(*a, **k):
+                launched["h"] = gluon_launch(*a, **k)
+                return launched["h"]
 
             class Spy:  # keeps the compiled kernel of the last launch: registers, spills, wgmma or not
                 def __getitem__(self, grid):
@@ -117,8 +128,11 @@ def main() -> int:
                         return launched["h"]
                     return launch
             kernel._mla_attn_kernel = Spy()
+            if gluon_launch is not None:
+                kernel._gluon.launch = spy_gluon
             for config in SWEEP:
                 kernel.CONFIG.update(zip(KEYS, config))
+                launched.clear()
                 try:
                     verdict = module.check(contract.call(entry, contract.prepare(inputs)), expected, inputs)
                     us = median_ms(timer, attention[1], attention[0], args.calls) * 1e3 if verdict.passed else None
@@ -132,6 +146,8 @@ def main() -> int:
             kernel.CONFIG.clear()
             kernel.CONFIG.update(default)
             kernel._mla_attn_kernel = jit
+            if gluon_launch is not None:
+                kernel._gluon.launch = gluon_launch
     return 0
 
 

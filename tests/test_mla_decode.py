@@ -324,13 +324,18 @@ sol._n_sms = lambda device: 132
 for block_h, bs, kv_len in ((64, 128, 6145), (128, 128, 6145), (128, 100, 6145), (64, 16, 6145), (64, 1, 8192)):
     sol.CONFIG["block_h"] = block_h
     print(sol.context_splits(bs, 128, kv_len, torch.device("cpu"))[0])
+sol.CONFIG["block_h"] = 64
+for bs, kv_len in ((128, 6145), (16, 6145), (4, 4097), (1, 8192)):
+    print(sol.context_splits(bs, 128, kv_len, torch.device("cpu"), one_per_sm=True)[0])
 """
 
 
 def test_context_splits_only_when_the_batch_leaves_sms_idle():
     # 132 SMs: 256 or 128 programs fill them (a split would add a wave and the merge's fp32
     # partials), 100 programs leave a quarter idle, small batches split up to 16 ways.
-    assert [int(n) for n in _run_interpreted(SPLITS_ON_AN_H100).split()] == [1, 1, 2, 5, 16]
+    # One program an SM (the Gluon kernel): one wave at most (b16: 4 x 32 programs, not 5),
+    # at least 4 tiles a split (b4: 65 tiles in 13 splits of 5; b1: 128 in 32).
+    assert [int(n) for n in _run_interpreted(SPLITS_ON_AN_H100).split()] == [1, 1, 2, 5, 16, 1, 4, 13, 32]
 
 
 # ---------------------------------------------------------------- GPU
@@ -422,3 +427,20 @@ def test_gpu_bundled_solution_passes_original_cases(case):
     for _ in range(2):
         r = task.check(contract.call(entry, contract.prepare(inp)), exp, inp)
         assert r.passed, r.reason
+
+
+@pytest.mark.gpu
+def test_gpu_decode_suite_passes_under_kbench_timing():
+    """The calls kbench times, not only a direct check: the cache is full after each call at
+    b1_ctx8191 (prefill 8191 of 8192 rows), so a timer that called the submission again on a
+    previous call's arguments without preparing them would write past its end."""
+    from kbench.runner import Options, evaluate
+    from kbench.tasks import get_task
+    from kbench.timing import StopRule
+
+    result = evaluate(get_task("mla_decode"), ROOT / "submissions" / "mla_decode", Options(
+        suite="decode", device="cuda", baseline="none", warmup_ms=5.0, pool=2,
+        stop=StopRule(min_samples=5, max_samples=10, budget_s=0.5)))
+    assert result["summary"]["fatal"] is None, result["summary"]["fatal"]
+    bad = [(c["case"], c["status"], c["reason"]) for c in result["cases"] if c["status"] != "passed"]
+    assert not bad and len(result["cases"]) == 3, bad

@@ -5,6 +5,9 @@ cache as multi-query attention with all query heads sharing each cache row:
   q_lat[h] = q_nope[h] @ W_uk[h]            (cuBLAS bmm, 128 x 512 per head)
   o[h]     = softmax(q_lat[h].c + rope(q_pe[h]).rope(k_pe)) @ c     (Triton, below)
   y        = concat_h(o[h] @ W_uv[h]^T) @ wo^T                       (cuBLAS)
+On a Hopper GPU the attention is the Gluon kernel of mla_decode_gluon.py (the 64 x 576 query
+block in shared memory, cache tiles by TMA, warpgroup MMAs; 2.0x faster at prefill 6144); the
+Triton kernel below runs everywhere else (other GPUs, other widths, the CPU interpreter).
 The Triton kernel loads each cache tile once for a block of 64 heads of a sequence,
 splits the context across programs when the batch is too small to fill the GPU, and a
 small kernel merges the splits. RoPE follows the original's bf16 roundings (angle =
@@ -27,6 +30,10 @@ import triton
 import triton.language as tl
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+try:  # Hopper only; Triton builds without Gluon's Hopper API, and the interpreter, use the Triton kernel
+    import mla_decode_gluon as _gluon
+except ImportError:
+    _gluon = None
 
 
 @triton.jit
@@ -208,7 +215,8 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
 # and could not take a second stage (1215 us).
-CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True}
+CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True,
+          "gluon": True, "pipeline": True}
 _THETA: dict = {}
 
 
@@ -222,16 +230,21 @@ def _block_h(n_heads: int) -> int:
     return min(CONFIG["block_h"], max(16, triton.next_power_of_2(n_heads)))
 
 
-def context_splits(bs: int, n_heads: int, kv_len: int, device) -> tuple[int, int]:
+def context_splits(bs: int, n_heads: int, kv_len: int, device, one_per_sm: bool = False) -> tuple[int, int]:
     """(splits, tiles per split) of each sequence's context: enough programs to fill the
     SMs when the batch alone cannot (it fills less than 7/8 of them), at least 4 tiles each,
-    at most 16 splits."""
+    at most 16 splits. `one_per_sm`: the Gluon kernel, whose shared memory holds one program
+    an SM, so the programs are kept to one wave (a second, part-filled one would cost a whole
+    program's time) and up to 64 splits."""
     groups = triton.cdiv(n_heads, _block_h(n_heads))
     tiles = triton.cdiv(kv_len, CONFIG["block_n"])
     n_sms = _n_sms(device)
     if 8 * bs * groups >= 7 * n_sms:  # e.g. 128 programs on 132 SMs: a split would add a wave and the merge
         return 1, tiles
-    splits = max(1, min(triton.cdiv(n_sms, bs * groups), triton.cdiv(tiles, 4), 16))
+    if one_per_sm:
+        splits = max(1, min(n_sms // (bs * groups), triton.cdiv(tiles, 4), 64))
+    else:
+        splits = max(1, min(triton.cdiv(n_sms, bs * groups), triton.cdiv(tiles, 4), 16))
     tiles_per_split = triton.cdiv(tiles, splits)
     return triton.cdiv(tiles, tiles_per_split), tiles_per_split
 
@@ -256,6 +269,16 @@ def _trig_table(half: int, n_pos: int, device):
     return _THETA[key]
 
 
+def rope_keys(kv: torch.Tensor, kv_len: int, R: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """(bs, kv_len, rope) bf16: the RoPE part of each cache row rotated at its position."""
+    bs, rope = kv.shape[0], kv.shape[-1] - R
+    kpe = torch.empty(bs, kv_len, rope, dtype=torch.bfloat16, device=kv.device)
+    _rope_keys_kernel[(triton.cdiv(kv_len, 64), bs)](
+        kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1),
+        R=R, HALF=rope // 2, BLOCK_N=64)
+    return kpe
+
+
 def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len: int,
                   nope: int, sm_scale: float) -> torch.Tensor:
     """o (bs, H, R) bf16: MQA of q_lat (H, bs, R) and the RoPE part of q (bs, H, nope+rope) over kv rows."""
@@ -267,7 +290,9 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     v_split = CONFIG["v_split"] if R // CONFIG["v_split"] >= 16 else 1
     block_n = CONFIG["block_n"]
     groups = triton.cdiv(H, block_h)
-    splits, tiles_per_split = context_splits(bs, H, kv_len, kv.device)
+    use_gluon = (CONFIG["gluon"] and not _INTERPRET and _gluon is not None and _gluon.supported(q_lat, kv)
+                 and block_n == _gluon.BLOCK_N)
+    splits, tiles_per_split = context_splits(bs, H, kv_len, kv.device, one_per_sm=use_gluon)
     o = torch.empty(bs, H, R, dtype=torch.bfloat16, device=kv.device)
     cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device)
     if splits > 1:
@@ -275,25 +300,26 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
-    if CONFIG["rope_pass"]:
-        kpe = torch.empty(bs, kv_len, rope, dtype=torch.bfloat16, device=kv.device)
-        _rope_keys_kernel[(triton.cdiv(kv_len, 64), bs)](
-            kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1),
-            R=R, HALF=rope // 2, BLOCK_N=64)
+    if CONFIG["rope_pass"] or use_gluon:
+        kpe = rope_keys(kv, kv_len, R, cos, sin)
     else:
         kpe = kv  # unused
-    _mla_attn_kernel[(groups * v_split, bs, splits)](
-        q_lat, q, kv, kpe, cos, sin, o, opart, lse,
-        H, kv_len, tiles_per_split, sm_scale,
-        q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
-        kpe.stride(0), kpe.stride(1),
-        o.stride(0), o.stride(1),
-        opart.stride(0) if splits > 1 else 0, opart.stride(1) if splits > 1 else 0,
-        opart.stride(2) if splits > 1 else 0,
-        lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
-        NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
-        DOT_F32=_INTERPRET, ROPE_PASS=CONFIG["rope_pass"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
-    )
+    if use_gluon:
+        _gluon.launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len, splits, tiles_per_split, nope,
+                      sm_scale * 1.4426950408889634, pipeline=CONFIG["pipeline"])
+    else:
+        _mla_attn_kernel[(groups * v_split, bs, splits)](
+            q_lat, q, kv, kpe, cos, sin, o, opart, lse,
+            H, kv_len, tiles_per_split, sm_scale,
+            q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
+            kpe.stride(0), kpe.stride(1),
+            o.stride(0), o.stride(1),
+            opart.stride(0) if splits > 1 else 0, opart.stride(1) if splits > 1 else 0,
+            opart.stride(2) if splits > 1 else 0,
+            lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
+            NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
+            DOT_F32=_INTERPRET, ROPE_PASS=CONFIG["rope_pass"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
+        )
     if splits > 1:
         _merge_splits_kernel[(bs, H)](
             opart, lse, o, splits, opart.stride(0), opart.stride(1), opart.stride(2),
