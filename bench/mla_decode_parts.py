@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own),
 # gluon (the Gluon kernel of mla_decode_gluon.py on Hopper; the first five keys are then the Triton kernel's only),
-# pipeline (Gluon: the next tile's scores issued behind this tile's P.V)
+# fuse_rope (Gluon: the keys' RoPE rotated in the kernel while P.V runs, no pass)
 SWEEP = [(64, 64, 1, 8, 2, True, False, False), (64, 64, 1, 8, 2, True, True, False),
          (64, 64, 1, 8, 2, True, True, True)]
-KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass", "gluon", "pipeline")
+KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass", "gluon", "fuse_rope")
 
 
 def steps(kernel, inputs: dict, prepare) -> dict:

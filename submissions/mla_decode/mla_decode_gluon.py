@@ -52,10 +52,41 @@ def _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q
     row = q_ptr + b * s_q_b + heads[:, None] * s_q_h + NOPE
     x = gl.load(row + j[None, :], mask=hmask, other=0.0).to(gl.float32)
     xp = gl.load(row + partner[None, :], mask=hmask, other=0.0).to(gl.float32)
-    c = gl.load(cos_ptr + pos_q * HALF + j % HALF)
-    s = gl.load(sin_ptr + pos_q * HALF + j % HALF)
+    c = gl.load(cos_ptr + pos_q * HALF + j % HALF).to(gl.float32)
+    s = gl.load(sin_ptr + pos_q * HALF + j % HALF).to(gl.float32)
     rot = _bf16(_bf16(x * c[None, :]) + _bf16(sign[None, :] * xp * s[None, :]))
     qpe_s.store(rot.to(gl.bfloat16))
+
+
+@gluon.jit
+def _trig_rows(cos_ptr, sin_ptr, n0, kv_len, BN: gl.constexpr, ROPE: gl.constexpr, num_warps: gl.constexpr):
+    """cos, sin (bf16 tables) of cache rows n0.. (zeros past kv_len), for _rotate_keys."""
+    HALF: gl.constexpr = ROPE // 2
+    ld: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [num_warps, 1], [1, 0])
+    rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
+    j = gl.arange(0, HALF, layout=gl.SliceLayout(0, ld))
+    live = rows[:, None] < kv_len
+    return (gl.load(cos_ptr + rows[:, None] * HALF + j[None, :], mask=live, other=0.0),
+            gl.load(sin_ptr + rows[:, None] * HALF + j[None, :], mask=live, other=0.0))
+
+
+@gluon.jit
+def _rotate_keys(kpe, trig, ROPE: gl.constexpr, num_warps: gl.constexpr):
+    """Rotates a tile's raw RoPE columns in shared memory in place (the original's bf16 steps,
+    as _rope_keys_kernel does), then makes them visible to the warpgroup MMAs."""
+    HALF: gl.constexpr = ROPE // 2
+    ld: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [num_warps, 1], [1, 0])
+    c = trig[0].to(gl.float32)
+    s = trig[1].to(gl.float32)
+    lo = kpe.slice(0, HALF, dim=1)
+    hi = kpe.slice(HALF, HALF, dim=1)
+    xa = lo.load(ld).to(gl.float32)
+    xb = hi.load(ld).to(gl.float32)
+    gl.thread_barrier()  # every warp has read the tile before any writes it
+    lo.store(_bf16(_bf16(xa * c) + _bf16(-xb * s)).to(gl.bfloat16))
+    hi.store(_bf16(_bf16(xb * c) + _bf16(xa * s)).to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
 
 
 @gluon.jit
@@ -79,7 +110,7 @@ def _softmax_step(s, m_i, l_i, valid, qk_scale):
 def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
                        H, kv_len, tiles_per_split, qk_scale,
                        s_ql_h, s_ql_b, s_q_b, s_q_h, s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
-                       NOPE: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr, PIPELINE: gl.constexpr,
+                       NOPE: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr, FUSE_ROPE: gl.constexpr,
                        num_warps: gl.constexpr):
     R: gl.constexpr = kv_desc.block_type.shape[2]
     ROPE: gl.constexpr = kpe_desc.block_type.shape[2]
@@ -126,58 +157,45 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     acc = gl.zeros([BH, R], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BH, BN], gl.float32, layout=s_layout)
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-    if PIPELINE:
-        # The next tile's scores are issued behind this tile's P.V, so the tensor cores run them
-        # back to back, and the wait for P.V, the barrier and the next load overlap the scores.
-        s = s_zero
-        if n_tiles > 0:
-            mbarrier.wait(ready.index(0), 0)
-            s = _scores(q_s, qpe_s, kv_s.index(0), kpe_s.index(0), s_zero, BN, R, ROPE)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        for t in range(n_tiles):
-            st = t % STAGES
-            c = kv_s.index(st).reshape([BN, R])
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, n_start + t * BN + cols < n_end, qk_scale)
-            p_s.store(p)
-            fence_async_shared()
-            gl.thread_barrier()  # every warp's part of P written before either warpgroup reads it
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-            acc_tok = warpgroup_mma(p_s, c, acc, is_async=True)
-            if t + 1 < n_tiles:
-                st1 = (t + 1) % STAGES
-                mbarrier.wait(ready.index(st1), ((t + 1) // STAGES) & 1)
-                s_tok = _scores(q_s, qpe_s, kv_s.index(st1), kpe_s.index(st1), s_zero, BN, R, ROPE)
-                acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc_tok,))  # P.V done; the scores' 2 groups run on
-                gl.thread_barrier()  # both warpgroups done with this stage and P before they are overwritten
-                nt = t + STAGES
-                if nt < n_tiles:
-                    mbarrier.expect(ready.index(st), tile_bytes)
-                    tma.async_copy_global_to_shared(kv_desc, [b, n_start + nt * BN, 0], ready.index(st), kv_s.index(st))
-                    tma.async_copy_global_to_shared(kpe_desc, [b, n_start + nt * BN, 0], ready.index(st),
-                                                    kpe_s.index(st))
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-            else:
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-    else:
-        for t in range(n_tiles):
-            st = t % STAGES
-            mbarrier.wait(ready.index(st), (t // STAGES) & 1)
-            c = kv_s.index(st).reshape([BN, R])
-            s = _scores(q_s, qpe_s, kv_s.index(st), kpe_s.index(st), s_zero, BN, R, ROPE)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, n_start + t * BN + cols < n_end, qk_scale)
-            p_s.store(p)
-            fence_async_shared()
-            gl.thread_barrier()  # every warp's part of P written before either warpgroup reads it
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-            acc = warpgroup_mma(p_s, c, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    # The next tile's scores are issued behind this tile's P.V, so the tensor cores run them back
+    # to back, and the wait for P.V, the barrier and the next load overlap the scores. With
+    # FUSE_ROPE the next tile's keys are rotated while this tile's P.V runs.
+    trig = _trig_rows(cos_ptr, sin_ptr, n_start, kv_len, BN, ROPE, num_warps)
+    s = s_zero
+    if n_tiles > 0:
+        mbarrier.wait(ready.index(0), 0)
+        if FUSE_ROPE:
+            _rotate_keys(kpe_s.index(0).reshape([BN, ROPE]), trig, ROPE, num_warps)
+        s = _scores(q_s, qpe_s, kv_s.index(0), kpe_s.index(0), s_zero, BN, R, ROPE)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    for t in range(n_tiles):
+        st = t % STAGES
+        c = kv_s.index(st).reshape([BN, R])
+        if FUSE_ROPE:  # in flight during the softmax
+            trig = _trig_rows(cos_ptr, sin_ptr, n_start + (t + 1) * BN, kv_len, BN, ROPE, num_warps)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, n_start + t * BN + cols < n_end, qk_scale)
+        p_s.store(p)
+        fence_async_shared()
+        gl.thread_barrier()  # every warp's part of P written before either warpgroup reads it
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        acc_tok = warpgroup_mma(p_s, c, acc, is_async=True)
+        if t + 1 < n_tiles:
+            st1 = (t + 1) % STAGES
+            mbarrier.wait(ready.index(st1), ((t + 1) // STAGES) & 1)
+            if FUSE_ROPE:
+                _rotate_keys(kpe_s.index(st1).reshape([BN, ROPE]), trig, ROPE, num_warps)
+            s_tok = _scores(q_s, qpe_s, kv_s.index(st1), kpe_s.index(st1), s_zero, BN, R, ROPE)
+            acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc_tok,))  # P.V done; the scores' 2 groups run on
             gl.thread_barrier()  # both warpgroups done with this stage and P before they are overwritten
             nt = t + STAGES
             if nt < n_tiles:
                 mbarrier.expect(ready.index(st), tile_bytes)
                 tma.async_copy_global_to_shared(kv_desc, [b, n_start + nt * BN, 0], ready.index(st), kv_s.index(st))
-                tma.async_copy_global_to_shared(kpe_desc, [b, n_start + nt * BN, 0], ready.index(st), kpe_s.index(st))
+                tma.async_copy_global_to_shared(kpe_desc, [b, n_start + nt * BN, 0], ready.index(st),
+                                                kpe_s.index(st))
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
@@ -209,13 +227,16 @@ def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
 
 
 def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
-           nope: int, qk_scale: float, stages: int = 2, pipeline: bool = True):
+           nope: int, qk_scale: float, stages: int = 2, fuse_rope: bool = True):
     """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel; the
     cache's latent columns and the rotated keys `kpe` (bs, kv_len, 64) are read through TMA
     descriptors cut at kv_len rows."""
     H, bs, R = q_lat.shape
     kv_desc = _descriptor(kv[:, :kv_len, :R], [1, BLOCK_N, R])
-    kpe_desc = _descriptor(kpe, [1, BLOCK_N, kpe.shape[-1]])
+    if fuse_rope:  # the raw RoPE columns of the cache (kpe unused), rotated in the kernel
+        kpe_desc = _descriptor(kv[:, :kv_len, R:], [1, BLOCK_N, kv.shape[-1] - R])
+    else:
+        kpe_desc = _descriptor(kpe, [1, BLOCK_N, kpe.shape[-1]])
     split = splits > 1
     return _mla_decode_kernel[(triton_cdiv(H, BLOCK_H), bs, splits)](
         kv_desc, kpe_desc, q_lat, q, cos, sin, o, opart, lse,
@@ -223,7 +244,7 @@ def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), o.stride(0), o.stride(1),
         opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
         lse.stride(0) if split else 0, lse.stride(1) if split else 0,
-        NOPE=nope, SPLIT=split, STAGES=stages, PIPELINE=pipeline, num_warps=NUM_WARPS)
+        NOPE=nope, SPLIT=split, STAGES=stages, FUSE_ROPE=fuse_rope, num_warps=NUM_WARPS)
 
 
 def triton_cdiv(a: int, b: int) -> int:

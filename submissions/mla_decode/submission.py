@@ -216,7 +216,7 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
 # and could not take a second stage (1215 us).
 CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True,
-          "gluon": True, "pipeline": True}
+          "gluon": True, "fuse_rope": True}
 _THETA: dict = {}
 
 
@@ -254,18 +254,18 @@ def _theta(half: int, device) -> torch.Tensor:
     return (10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)).float().to(device)
 
 
-def _trig_table(half: int, n_pos: int, device):
-    """cos, sin (n_pos, half) of the original's bf16 angles, rounded to bf16, held as fp32.
+def _trig_table(half: int, n_pos: int, device, dtype=torch.float32):
+    """cos, sin (n_pos, half) of the original's bf16 angles, rounded to bf16, held as `dtype`.
 
     A constant of the task's math (positions and theta only, no input values), so it is
-    computed once per (half, n_pos, device) and cached.
+    computed once per (half, n_pos, device, dtype) and cached.
     """
-    key = (half, n_pos, str(device))
+    key = (half, n_pos, str(device), dtype)
     if key not in _THETA:
         theta = 10000 ** (-torch.arange(0, half, dtype=torch.bfloat16) / half)
         angle = torch.einsum("s,d->sd", torch.arange(n_pos), theta)       # bf16, as the original
-        _THETA[key] = (angle.cos().to(torch.bfloat16).float().contiguous().to(device),
-                       angle.sin().to(torch.bfloat16).float().contiguous().to(device))
+        _THETA[key] = (angle.cos().to(torch.bfloat16).to(dtype).contiguous().to(device),
+                       angle.sin().to(torch.bfloat16).to(dtype).contiguous().to(device))
     return _THETA[key]
 
 
@@ -300,13 +300,16 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
-    if CONFIG["rope_pass"] or use_gluon:
+    fuse_rope = use_gluon and CONFIG["fuse_rope"]
+    if use_gluon:  # its RoPE tables in bf16 (the values are bf16): half the registers
+        cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device, torch.bfloat16)
+    if (CONFIG["rope_pass"] or use_gluon) and not fuse_rope:
         kpe = rope_keys(kv, kv_len, R, cos, sin)
     else:
         kpe = kv  # unused
     if use_gluon:
         _gluon.launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len, splits, tiles_per_split, nope,
-                      sm_scale * 1.4426950408889634, pipeline=CONFIG["pipeline"])
+                      sm_scale * 1.4426950408889634, fuse_rope=fuse_rope)
     else:
         _mla_attn_kernel[(groups * v_split, bs, splits)](
             q_lat, q, kv, kpe, cos, sin, o, opart, lse,
