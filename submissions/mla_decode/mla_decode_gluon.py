@@ -8,14 +8,18 @@ a 64 x 64 score tile and owns 256 of the 512 output columns. Per 64-row tile of 
   S  = q_lat . c^T + rope(q_pe) . kpe^T     (wgmma, queries and keys from shared memory)
   P  = exp2(S * scale - m)                  (online softmax in registers, P to shared memory)
   O += P . c                                (wgmma: the latent rows are the values too)
-Cache tiles arrive by TMA into a ring of STAGES buffers, the next ones in flight while this one
-is used. The TMA descriptor's row count is the context length, so rows past it read as zeros;
-rows of the tile past this split's end are masked to -inf.
+Cache tiles arrive by TMA into a ring of STAGES buffers (2: a third does not fit beside the
+query block), the next ones in flight while this one is used. The TMA descriptors' row count is
+the context length, so rows past it read as zeros; rows of the tile past this split's end are
+masked to -inf. The next tile's scores are issued behind this tile's P.V, and (FUSE_ROPE) its
+keys' RoPE columns are rotated in shared memory while P.V runs, so no pass over the cache
+rotates them first. docs/benchmarks-mla_decode.md has the figures and the variants that lost.
 
 The numbers are the Triton kernel's: the same bf16 inputs to every product, fp32 accumulation,
 q's RoPE with the original's bf16 roundings, o rounded to bf16 once.
 """
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -82,7 +86,7 @@ def _rotate_keys(kpe, trig, ROPE: gl.constexpr, num_warps: gl.constexpr):
     hi = kpe.slice(HALF, HALF, dim=1)
     xa = lo.load(ld).to(gl.float32)
     xb = hi.load(ld).to(gl.float32)
-    gl.thread_barrier()  # every warp has read the tile before any writes it
+    gl.thread_barrier()  # not needed by the data (each thread writes back what it read); dropping it gained nothing
     lo.store(_bf16(_bf16(xa * c) + _bf16(-xb * s)).to(gl.bfloat16))
     hi.store(_bf16(_bf16(xb * c) + _bf16(xa * s)).to(gl.bfloat16))
     fence_async_shared()
@@ -216,9 +220,11 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
 
 
 def supported(q_lat: torch.Tensor, kv: torch.Tensor) -> bool:
-    """Whether this kernel runs the case: a Hopper GPU and DeepSeek-V3's widths (latent 512, RoPE 64)."""
+    """Whether this kernel runs the case: a Hopper GPU, DeepSeek-V3's widths (latent 512, RoPE 64)
+    and a cache TMA can read (16-byte aligned base and row strides)."""
     return (kv.is_cuda and torch.cuda.get_device_capability(kv.device)[0] == 9
-            and q_lat.shape[-1] == 512 and kv.shape[-1] == 576 and kv.stride(-1) == 1 and q_lat.stride(-1) == 1)
+            and q_lat.shape[-1] == 512 and kv.shape[-1] == 576 and kv.stride(-1) == 1 and q_lat.stride(-1) == 1
+            and kv.data_ptr() % 16 == 0 and all(st * kv.element_size() % 16 == 0 for st in kv.stride()[:-1]))
 
 
 def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
@@ -229,8 +235,8 @@ def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
 def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
            nope: int, qk_scale: float, stages: int = 2, fuse_rope: bool = True):
     """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel; the
-    cache's latent columns and the rotated keys `kpe` (bs, kv_len, 64) are read through TMA
-    descriptors cut at kv_len rows."""
+    cache's latent columns and its RoPE columns (fuse_rope) or the keys rotated by a pass, `kpe`
+    (bs, kv_len, 64), are read through TMA descriptors cut at kv_len rows."""
     H, bs, R = q_lat.shape
     kv_desc = _descriptor(kv[:, :kv_len, :R], [1, BLOCK_N, R])
     if fuse_rope:  # the raw RoPE columns of the cache (kpe unused), rotated in the kernel
@@ -238,14 +244,10 @@ def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int,
     else:
         kpe_desc = _descriptor(kpe, [1, BLOCK_N, kpe.shape[-1]])
     split = splits > 1
-    return _mla_decode_kernel[(triton_cdiv(H, BLOCK_H), bs, splits)](
+    return _mla_decode_kernel[(triton.cdiv(H, BLOCK_H), bs, splits)](
         kv_desc, kpe_desc, q_lat, q, cos, sin, o, opart, lse,
         H, kv_len, tiles_per_split, qk_scale,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), o.stride(0), o.stride(1),
         opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
         lse.stride(0) if split else 0, lse.stride(1) if split else 0,
         NOPE=nope, SPLIT=split, STAGES=stages, FUSE_ROPE=fuse_rope, num_warps=NUM_WARPS)
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)

@@ -1,9 +1,9 @@
-"""mla_decode: one DeepSeek-V3 MLA decode step with the attention in Triton.
+"""mla_decode: one DeepSeek-V3 MLA decode step with the attention in Gluon on Hopper, Triton elsewhere.
 
 Weight absorption at the activation level, so attention runs on the 576-wide latent
 cache as multi-query attention with all query heads sharing each cache row:
   q_lat[h] = q_nope[h] @ W_uk[h]            (cuBLAS bmm, 128 x 512 per head)
-  o[h]     = softmax(q_lat[h].c + rope(q_pe[h]).rope(k_pe)) @ c     (Triton, below)
+  o[h]     = softmax(q_lat[h].c + rope(q_pe[h]).rope(k_pe)) @ c     (Gluon or Triton)
   y        = concat_h(o[h] @ W_uv[h]^T) @ wo^T                       (cuBLAS)
 On a Hopper GPU the attention is the Gluon kernel of mla_decode_gluon.py (the 64 x 576 query
 block in shared memory, cache tiles by TMA, warpgroup MMAs; 2.0x faster at prefill 6144); the
@@ -214,7 +214,8 @@ def _merge_splits_kernel(opart_ptr, lse_ptr, o_ptr, n_splits,
 # Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md). With the
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
-# and could not take a second stage (1215 us).
+# and could not take a second stage (1215 us). gluon: the Gluon kernel where it runs (Hopper, these
+# widths); fuse_rope: it rotates the keys itself (548 us at prefill 6144; with the pass, 579).
 CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True,
           "gluon": True, "fuse_rope": True}
 _THETA: dict = {}
@@ -294,15 +295,14 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
                  and block_n == _gluon.BLOCK_N)
     splits, tiles_per_split = context_splits(bs, H, kv_len, kv.device, one_per_sm=use_gluon)
     o = torch.empty(bs, H, R, dtype=torch.bfloat16, device=kv.device)
-    cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device)
+    # The Gluon kernel takes the tables in bf16 (their values are bf16): fewer registers.
+    cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device, torch.bfloat16 if use_gluon else torch.float32)
     if splits > 1:
         opart = torch.empty(splits, bs, H, R, dtype=torch.float32, device=kv.device)
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
     fuse_rope = use_gluon and CONFIG["fuse_rope"]
-    if use_gluon:  # its RoPE tables in bf16 (the values are bf16): half the registers
-        cos, sin = _trig_table(rope // 2, kv.shape[1], kv.device, torch.bfloat16)
     if (CONFIG["rope_pass"] or use_gluon) and not fuse_rope:
         kpe = rope_keys(kv, kv_len, R, cos, sin)
     else:
