@@ -180,6 +180,21 @@ def test_the_primer_prepares_the_previous_inputs_again_so_a_call_that_changes_th
     assert calls == [1.0, 1.0, 2.0, 2.0, 3.0]
 
 
+def test_a_workers_bound_method_is_primed_though_each_access_makes_a_new_object():
+    class Worker:
+        def __init__(self):
+            self.seen = []
+
+        def invoke(self, args):
+            self.seen.append(float(args["x"][0]))
+            return (args["x"] * 2,)
+
+    timer, worker = _FakeEvents(device_ms=0.01), Worker()
+    for value in (1, 2):
+        timer.timed(worker.invoke, lambda live: live, {"x": torch.full((4,), float(value))})
+    assert worker.seen == [1.0, 1.0, 2.0]
+
+
 def test_a_call_is_never_primed_with_another_functions_inputs():
     timer = _FakeEvents(device_ms=0.01)
     seen = []
