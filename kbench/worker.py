@@ -79,7 +79,8 @@ class Caller:
     def warmup(self, request: protocol.Warmup) -> None:
         """Timed calls whose results are dropped: compilation, autotuning, the gate's size.
         ``min_ms`` counts from the end of the first call: a first call that compiles must not
-        use up the warm-up, leaving one warm call before the timed ones."""
+        use up the warm-up, leaving one warm call before the timed ones. A warm-up starts a case."""
+        self.timer.start_case()
         self.timer.timed(self.invoke, self.prepare, request.inputs, graph=request.graph)
         start, calls = _perf_counter(), 1
         while calls < request.max_calls:

@@ -203,6 +203,34 @@ def test_a_call_is_never_primed_with_another_functions_inputs():
     assert seen == [["y"]]
 
 
+def test_a_new_case_is_never_primed_with_the_previous_cases_inputs():
+    timer = _FakeEvents(device_ms=0.01)
+    seen = _calls_seen(timer, [1, 2])
+    timer.start_case()
+    seen += _calls_seen(timer, [3])
+    assert seen == [1.0, 1.0, 2.0, 3.0]
+
+
+def test_a_new_case_gives_the_gate_another_chance():
+    timer = _FakeGate(needs_ms=float("inf"))     # a call that waits for the device: gate dropped
+    timer.timed(lambda a: (a["x"] + 1,), lambda x: x, {"x": torch.zeros(1)})
+    assert timer.gate_off
+    timer.needs = 0.0                            # the next case's calls can be held
+    timer.start_case()
+    _, sample = timer.timed(lambda a: (a["x"] + 1,), lambda x: x, {"x": torch.zeros(1)})
+    assert sample.held and not timer.gate_off
+
+
+def test_a_workers_warm_up_starts_a_case():
+    from kbench.worker import Caller
+
+    caller = Caller(None, "cpu", 0)
+    caller.timer.primer, caller.timer.gate_off = ("stale",), True
+    caller.timer.timed = lambda invoke, prepare, inputs, graph=False: ([], None)
+    caller.warmup(protocol.Warmup({}, min_ms=0.0, max_calls=1))
+    assert caller.timer.primer is None and not caller.timer.gate_off
+
+
 def test_a_long_call_is_not_primed():
     seen = _calls_seen(_FakeEvents(device_ms=call_timer.PRIMER_BELOW_MS), [1, 2, 3])
     assert seen == [1.0, 2.0, 3.0]
