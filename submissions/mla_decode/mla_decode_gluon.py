@@ -37,6 +37,21 @@ def _bf16(x):
 
 
 @gluon.jit
+def _rotated(x, partner, c, s):
+    """One rotate-half RoPE output with the original's bf16 steps: bf16(bf16(x c) + bf16(partner s)),
+    partner being the other half's value with its sign (-x_b for the first half, x_a for the second)."""
+    return _bf16(_bf16(x * c) + _bf16(partner * s))
+
+
+@gluon.jit
+def _load_tile(kv_desc, kpe_desc, b, n0, bar, kv_buf, kpe_buf):
+    """TMA loads of cache rows n0.. of sequence b (latent and RoPE columns) into one ring stage."""
+    mbarrier.expect(bar, kv_desc.block_type.nbytes + kpe_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(kv_desc, [b, n0, 0], bar, kv_buf)
+    tma.async_copy_global_to_shared(kpe_desc, [b, n0, 0], bar, kpe_buf)
+
+
+@gluon.jit
 def _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q,
                   s_ql_h, s_ql_b, s_q_b, s_q_h,
                   NOPE: gl.constexpr, R: gl.constexpr, ROPE: gl.constexpr, BLOCK_H: gl.constexpr,
@@ -58,7 +73,7 @@ def _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q
     xp = gl.load(row + partner[None, :], mask=hmask, other=0.0).to(gl.float32)
     c = gl.load(cos_ptr + pos_q * HALF + j % HALF).to(gl.float32)
     s = gl.load(sin_ptr + pos_q * HALF + j % HALF).to(gl.float32)
-    rot = _bf16(_bf16(x * c[None, :]) + _bf16(sign[None, :] * xp * s[None, :]))
+    rot = _rotated(x, sign[None, :] * xp, c[None, :], s[None, :])
     qpe_s.store(rot.to(gl.bfloat16))
 
 
@@ -87,8 +102,8 @@ def _rotate_keys(kpe, trig, ROPE: gl.constexpr, num_warps: gl.constexpr):
     xa = lo.load(ld).to(gl.float32)
     xb = hi.load(ld).to(gl.float32)
     gl.thread_barrier()  # not needed by the data (each thread writes back what it read); dropping it gained nothing
-    lo.store(_bf16(_bf16(xa * c) + _bf16(-xb * s)).to(gl.bfloat16))
-    hi.store(_bf16(_bf16(xb * c) + _bf16(xa * s)).to(gl.bfloat16))
+    lo.store(_rotated(xa, -xb, c, s).to(gl.bfloat16))
+    hi.store(_rotated(xb, xa, c, s).to(gl.bfloat16))
     fence_async_shared()
     gl.thread_barrier()
 
@@ -144,12 +159,9 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
 
-    tile_bytes: gl.constexpr = kv_desc.block_type.nbytes + kpe_desc.block_type.nbytes
     for i in gl.static_range(STAGES):  # the first tiles fly while the queries are loaded
         if i < n_tiles:
-            mbarrier.expect(ready.index(i), tile_bytes)
-            tma.async_copy_global_to_shared(kv_desc, [b, n_start + i * BN, 0], ready.index(i), kv_s.index(i))
-            tma.async_copy_global_to_shared(kpe_desc, [b, n_start + i * BN, 0], ready.index(i), kpe_s.index(i))
+            _load_tile(kv_desc, kpe_desc, b, n_start + i * BN, ready.index(i), kv_s.index(i), kpe_s.index(i))
 
     _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, kv_len - 1,
                   s_ql_h, s_ql_b, s_q_b, s_q_h, NOPE, R, ROPE, BH, num_warps)
@@ -193,10 +205,7 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
             gl.thread_barrier()  # both warpgroups done with this stage and P before they are overwritten
             nt = t + STAGES
             if nt < n_tiles:
-                mbarrier.expect(ready.index(st), tile_bytes)
-                tma.async_copy_global_to_shared(kv_desc, [b, n_start + nt * BN, 0], ready.index(st), kv_s.index(st))
-                tma.async_copy_global_to_shared(kpe_desc, [b, n_start + nt * BN, 0], ready.index(st),
-                                                kpe_s.index(st))
+                _load_tile(kv_desc, kpe_desc, b, n_start + nt * BN, ready.index(st), kv_s.index(st), kpe_s.index(st))
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         else:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
