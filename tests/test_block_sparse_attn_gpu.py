@@ -1,4 +1,5 @@
-"""block_sparse_attn on a GPU: the bundled Triton kernel through the contract on quick and full."""
+"""block_sparse_attn on a GPU: the bundled kernel through the contract on every suite (on a Hopper
+GPU the Gluon kernel, elsewhere the Triton one), and which of the two ran."""
 from __future__ import annotations
 
 import tomllib
@@ -15,7 +16,7 @@ SUITES = tomllib.loads((ROOT / "cases" / "block_sparse_attn.toml").read_text())[
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("suite", ["quick", "full"])
+@pytest.mark.parametrize("suite", ["smoke", "local-dev", "quick", "full"])
 def test_bundled_solution_on_gpu(suite):
     import torch
 
@@ -33,5 +34,23 @@ def test_bundled_solution_on_gpu(suite):
                 verdict = task.check(out, task.reference(inputs), inputs)
                 assert verdict.passed, f"{case['name']} seed {seed}: {verdict.reason}"
         contract.after_run(entry)  # nothing compiled after setup
+    finally:
+        contract.unload(entry)
+
+
+def test_gluon_kernel_runs_on_hopper():
+    """On an H100 the bundled submission must take its Gluon path, not fall back to Triton silently."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernel is for Hopper (sm_90)")
+    contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
+    entry = contract.load(ROOT / "submissions" / "block_sparse_attn")
+    try:
+        import sys
+        sub = sys.modules[entry.fn.__module__]
+        assert sub._gluon is not None, "bsa_gluon failed to import"
+        q = torch.zeros((1, 1, 128, 128), device="cuda", dtype=torch.bfloat16)
+        assert sub.GLUON and sub._gluon.supported(q)
     finally:
         contract.unload(entry)

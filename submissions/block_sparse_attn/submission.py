@@ -29,6 +29,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # Hopper only; Triton builds without Gluon's Hopper API, and the interpreter, use the Triton kernel
+    import bsa_gluon as _gluon
+except ImportError:
+    _gluon = None
+
 BLOCK = 128
 HEAD_DIM = 128
 LOG2E = 1.4426950408889634
@@ -184,6 +189,10 @@ REVERSE = False
 # (254 registers by default) and kbench compare said FASTER on every full case, geomean 0.983
 # (0.973-0.993), 8 processes a side (H100, 2026-11-23; docs/benchmarks-block_sparse_attn.md).
 MAXNREG = 232
+# On a Hopper GPU, the Gluon kernel of bsa_gluon.py (TMA ring, warpgroup MMAs, P.V from registers);
+# the Triton kernel above everywhere else (the interpreter, other GPUs, other shapes).
+GLUON = True
+GLUON_STAGES = 3  # its K/V ring (3 x 64 KB beside the 32 KB query block)
 
 
 def _interpreted() -> bool:
@@ -230,6 +239,9 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     block_m, block_n, warps, stages = _config(T)
     grid = (T // block_m, B * H)
     interpreted = _interpreted()
+    if GLUON and not interpreted and _gluon is not None and _gluon.supported(q):
+        _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
+        return
     args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
             block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
     key = None
