@@ -32,6 +32,8 @@ BLOCK = 128       # query rows per program, keys per CSR block
 NUM_WARPS = 8
 STAGES = 3        # K and V ring: 3 x 64 KB beside the 32 KB query block
 LOG2E = gl.constexpr(1.4426950408889634)
+WS_CONSUMER_REGS = gl.constexpr(232)
+WS_PRODUCER_REGS = gl.constexpr(40)
 
 
 @gluon.jit
@@ -45,13 +47,16 @@ def _load_block(k_desc, v_desc, row0, k_bar, v_bar, k_buf, v_buf):
 
 
 @gluon.jit
-def _v_to_fp16(v_buf, num_warps: gl.constexpr):
+def _v_to_fp16(v_buf, num_warps: gl.constexpr, CHUNKS: gl.constexpr = 1):
     """Rewrites a V block in place as fp16 (exact for the challenge's randn values; see
     submission.py). Each thread writes back the very 16-byte pieces it read, so no thread
     overwrites another's input; the caller fences and syncs before an MMA reads it."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    x = v_buf.load(ld)
-    v_buf._reinterpret(gl.float16, v_buf.shape, v_buf.layout).store(x.to(gl.float16))
+    vh = v_buf._reinterpret(gl.float16, v_buf.shape, v_buf.layout)
+    ROWS: gl.constexpr = v_buf.shape[0] // CHUNKS
+    for i in gl.static_range(CHUNKS):
+        x = v_buf.slice(i * ROWS, ROWS).load(ld)
+        vh.slice(i * ROWS, ROWS).store(x.to(gl.float16))
 
 
 @gluon.jit
@@ -66,7 +71,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
 
 
 @gluon.jit(do_not_specialize=["H", "NNZ"])
-def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, NNZ, T_MAX, qk_scale,
+def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, NNZ, T_MAX, qk_scale,
                    STAGES: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -83,15 +88,12 @@ def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, BN, 16])
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
-    cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
-    o_ptrs = o_ptr + (base + rows)[:, None].to(gl.int64) * D + cols_d[None, :]
-    lse_ptrs = lse_ptr + base + rows
-    live = rows < seq_len
-
     if (q_start >= seq_len) | (n <= 0):
-        gl.store(o_ptrs, gl.zeros([BM, D], gl.bfloat16, layout=mma))
-        gl.store(lse_ptrs, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma)))
+        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
+        gl.store(o_ptr + (base + rows)[:, None].to(gl.int64) * D + cols_d[None, :],
+                 gl.zeros([BM, D], gl.bfloat16, layout=mma))
+        gl.store(lse_ptr + base + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma)))
     else:
         q_s = gl.allocate_shared_memory(gl.bfloat16, [BM, D], q_desc.layout)
         k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], k_desc.layout)
@@ -119,7 +121,7 @@ def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq
         s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
         # The row's last block is the diagonal one: key token <= query token.
         keys = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-        diag_mask = keys[None, :] <= (rows - q_start)[:, None]
+        diag_mask = keys[None, :] <= gl.arange(0, BM, layout=gl.SliceLayout(1, mma))[:, None]
 
         mbarrier.wait(q_bar, 0)
         mbarrier.wait(k_bar.index(0), 0)
@@ -159,10 +161,172 @@ def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq
             mbarrier.invalidate(k_bar.index(i))
             mbarrier.invalidate(v_bar.index(i))
 
-        o = gl.where(live[:, None], acc / l_i[:, None], 0.0)
-        lse = gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf"))
-        gl.store(o_ptrs, o.to(gl.bfloat16))
-        gl.store(lse_ptrs, lse)
+        # o through shared memory (the query block's buffer, free now) and one TMA store.
+        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+        live = rows < seq_len
+        gl.store(lse_ptr + base + rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
+        q_s.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [base + q_start, 0], q_s)
+        tma.store_wait(0)
+
+
+# ---- Warp-specialised variant (WS): a producer warpgroup and two consumer warpgroups in ping-pong.
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, empty_bar, cols, base, q_start, n):
+    """TMA loads (the query block, then each key block once both consumers freed its stage), and
+    each V block converted to fp16 in place once it has landed."""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar, q_s)
+    for i in range(n + 1):
+        if i < n:
+            st = i % STAGES
+            mbarrier.wait(empty_bar.index(st), ((i // STAGES) & 1) ^ 1)
+            _load_block(k_desc, v_desc, base + gl.load(cols + i) * BN, k_bar.index(st), v_bar.index(st),
+                        k_s.index(st), v_s.index(st))
+        if i > 0:  # block i-1's V, behind block i's loads
+            sj = (i - 1) % STAGES
+            mbarrier.wait(v_bar.index(sj), ((i - 1) // STAGES) & 1)
+            _v_to_fp16(v_s.index(sj), 4, 8)  # in 16-row pieces: the producer has few registers
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(v16_bar.index(sj), count=1)
+
+
+@gluon.jit
+def _ws_turn(turn_bar, WG: gl.constexpr, k):
+    """Waits for this warpgroup's k-th turn to issue MMAs (warpgroup 0 goes first)."""
+    mbarrier.wait(turn_bar.index(WG), (k & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.constexpr):
+    """Block softmax of 64 rows (the diagonal block masked causally): P in fp16 as the next P.V's
+    register operand, the accumulator's rescale, new max and sum."""
+    BM: gl.constexpr = s.shape[0]
+    BN: gl.constexpr = s.shape[1]
+    if diagonal:
+        rows = gl.arange(0, BM, layout=gl.SliceLayout(1, s.type.layout)) + WG * BM
+        keys = gl.arange(0, BN, layout=gl.SliceLayout(0, s.type.layout))
+        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, keys[None, :] <= rows[:, None], True)
+    else:
+        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, 0, False)
+    return gl.convert_layout(pf.to(gl.float16), p_op), alpha, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+                 base, q_start, seq_len, n, qk_scale, WG: gl.constexpr):
+    """64 query rows: per key block, its scores and the previous block's P.V issued in this warpgroup's
+    turn, then its softmax while the other warpgroup's MMAs run."""
+    STAGES: gl.constexpr = k_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    D: gl.constexpr = k_s.shape[2]
+    BM: gl.constexpr = o_desc.block_type.shape[0]
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    q_mine = q_s.slice(WG * BM, BM)
+    m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
+    l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
+    acc = gl.zeros([BM, D], gl.float32, layout=mma)
+    s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
+    mbarrier.wait(q_bar, 0)
+    # Block 0: scores only.
+    mbarrier.wait(k_bar.index(0), 0)
+    _ws_turn(turn_bar, WG, 0)
+    s_tok = warpgroup_mma(q_mine, k_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, n == 1, p_op, WG)
+    for t in range(1, n):  # block t's scores and block t-1's P.V in one turn
+        st = t % STAGES
+        sp = (t - 1) % STAGES
+        mbarrier.wait(k_bar.index(st), (t // STAGES) & 1)
+        mbarrier.wait(v16_bar.index(sp), ((t - 1) // STAGES) & 1)
+        _ws_turn(turn_bar, WG, t)
+        s_tok = warpgroup_mma(q_mine, k_s.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        v16 = v_s.index(sp)._reinterpret(gl.float16, [BN, D], v_s.layout)
+        acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+        mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # the scores; P.V runs on under the softmax
+        p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, t == n - 1, p_op, WG)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+        mbarrier.arrive(empty_bar.index(sp), count=1)  # this warpgroup is done with block t-1
+        acc = acc * alpha[:, None]
+    # The last block's P.V.
+    sp = (n - 1) % STAGES
+    mbarrier.wait(v16_bar.index(sp), ((n - 1) // STAGES) & 1)
+    _ws_turn(turn_bar, WG, n)
+    v16 = v_s.index(sp)._reinterpret(gl.float16, [BN, D], v_s.layout)
+    acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+    mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    mbarrier.arrive(empty_bar.index(sp), count=1)
+
+    # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store.
+    q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+    live = q_rows < seq_len
+    gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
+    q_mine.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)
+    tma.store_wait(0)
+
+
+@gluon.jit(do_not_specialize=["H", "NNZ"])
+def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, NNZ, T_MAX, qk_scale,
+                STAGES: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    qb = gl.program_id(0)
+    bh = gl.program_id(1)
+    seq_len = gl.load(seq_lens + bh // H)
+    row = row_ptr + bh * (T_MAX // BM + 1) + qb
+    start = gl.load(row)
+    n = gl.load(row + 1) - start
+    q_start = qb * BM
+    base = bh * T_MAX
+    if (q_start >= seq_len) | (n <= 0):
+        zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
+        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
+        gl.store(o_ptr + (base + rows)[:, None].to(gl.int64) * D + cols_d[None, :],
+                 gl.zeros([BM, D], gl.bfloat16, layout=zl))
+        gl.store(lse_ptr + base + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
+    else:
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [BM, D], q_desc.layout)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], k_desc.layout)
+        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v16_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_bar.index(i), count=1)
+            mbarrier.init(v_bar.index(i), count=1)
+            mbarrier.init(v16_bar.index(i), count=1)
+            mbarrier.init(empty_bar.index(i), count=2)
+        for i in gl.static_range(2):
+            mbarrier.init(turn_bar.index(i), count=1)
+        fence_async_shared()
+        cols = col_idx + bh.to(gl.int64) * NNZ + start
+        gl.warp_specialize([
+            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+                            base, q_start, seq_len, n, qk_scale, 0)),
+            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+                            base, q_start, seq_len, n, qk_scale, 1)),
+            (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, empty_bar, cols, base,
+                            q_start, n)),
+        ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
 
 
 def supported(q: torch.Tensor) -> bool:
@@ -173,16 +337,19 @@ def supported(q: torch.Tensor) -> bool:
             and D == BLOCK and T % BLOCK == 0 and q.is_contiguous() and q.data_ptr() % 16 == 0)
 
 
-def _descriptor(t: torch.Tensor) -> TensorDescriptor:
+def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
     rows = t.reshape(-1, t.shape[-1])
-    block = [BLOCK, rows.shape[1]]
+    block = [block_rows, rows.shape[1]]
     return TensorDescriptor(rows, list(rows.shape), list(rows.stride()), block,
                             gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
 
 
-def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):
-    """Runs the kernel over (query blocks, batch x heads); q, k, v, o contiguous (B, H, T, 128) bf16."""
+def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES, ws: bool = True):
+    """Runs the kernel over (query blocks, batch x heads); q, k, v, o contiguous (B, H, T, 128) bf16.
+    ws: the warp-specialised kernel (a producer and two consumer warpgroups, 12 warps)."""
     B, H, T, D = q.shape
-    return _bsa_fwd_gluon[(T // BLOCK, B * H)](
-        _descriptor(q), _descriptor(k), _descriptor(v), o, lse, row_ptr, col_idx, seq_lens,
-        H, col_idx.shape[-1], T, qk_scale, STAGES=stages, num_warps=NUM_WARPS)
+    args = (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2 if ws else BLOCK), o, lse,
+            row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, qk_scale)
+    if ws:  # 12 warps x 168 registers fill the register file; the partitions then rebalance them
+        return _bsa_fwd_ws[(T // BLOCK, B * H)](*args, STAGES=stages, num_warps=4, maxnreg=168)
+    return _bsa_fwd_gluon[(T // BLOCK, B * H)](*args, STAGES=stages, num_warps=NUM_WARPS)

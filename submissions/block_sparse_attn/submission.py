@@ -193,6 +193,7 @@ MAXNREG = 232
 # the Triton kernel above everywhere else (the interpreter, other GPUs, other shapes).
 GLUON = True
 GLUON_STAGES = 3  # its K/V ring (3 x 64 KB beside the 32 KB query block)
+GLUON_WS = True   # its warp-specialised form: a producer warpgroup, two consumer warpgroups in ping-pong
 
 
 def _interpreted() -> bool:
@@ -240,7 +241,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     grid = (T // block_m, B * H)
     interpreted = _interpreted()
     if GLUON and not interpreted and _gluon is not None and _gluon.supported(q):
-        _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
+        _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES, GLUON_WS)
         return
     args = (q, k, v, o, lse, row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, QK_SCALE,
             block_m, block_n, D, interpreted, PV[PV_MODE], PV[DIAG_MODE], REVERSE)
