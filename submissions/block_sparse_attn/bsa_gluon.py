@@ -175,19 +175,24 @@ def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_
 # ---- Warp-specialised variant (WS): a producer warpgroup and two consumer warpgroups in ping-pong.
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, empty_bar, cols, base, q_start, n):
-    """TMA loads (the query block, then each key block once both consumers freed its stage), and
-    each V block converted to fp16 in place once it has landed."""
+def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, k_empty, v_empty, cols, base,
+                 q_start, n):
+    """TMA loads (the query block, then each key block's K and V as soon as both consumers are done
+    with the K or V of block i-STAGES), and each V block converted to fp16 in place once it has landed."""
     STAGES: gl.constexpr = k_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar, q_s)
     for i in range(n + 1):
-        if i < n:
+        if i < n:  # K once both consumers' scores of block i-STAGES are done, V once their P.V is
             st = i % STAGES
-            mbarrier.wait(empty_bar.index(st), ((i // STAGES) & 1) ^ 1)
-            _load_block(k_desc, v_desc, base + gl.load(cols + i) * BN, k_bar.index(st), v_bar.index(st),
-                        k_s.index(st), v_s.index(st))
+            row0 = base + gl.load(cols + i) * BN
+            mbarrier.wait(k_empty.index(st), ((i // STAGES) & 1) ^ 1)
+            mbarrier.expect(k_bar.index(st), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(st), k_s.index(st))
+            mbarrier.wait(v_empty.index(st), ((i // STAGES) & 1) ^ 1)
+            mbarrier.expect(v_bar.index(st), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(st), v_s.index(st))
         if i > 0:  # block i-1's V, behind block i's loads
             sj = (i - 1) % STAGES
             mbarrier.wait(v_bar.index(sj), ((i - 1) // STAGES) & 1)
@@ -219,7 +224,7 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
 
 
 @gluon.jit
-def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
                  base, q_start, seq_len, n, qk_scale, WG: gl.constexpr):
     """64 query rows: per key block, its scores and the previous block's P.V issued in this warpgroup's
     turn, then its softmax while the other warpgroup's MMAs run."""
@@ -241,6 +246,7 @@ def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_b
     s_tok = warpgroup_mma(q_mine, k_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.arrive(turn_bar.index(1 - WG), count=1)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0), count=1)
     p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, n == 1, p_op, WG)
     for t in range(1, n):  # block t's scores and block t-1's P.V in one turn
         st = t % STAGES
@@ -253,9 +259,10 @@ def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_b
         acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
         mbarrier.arrive(turn_bar.index(1 - WG), count=1)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # the scores; P.V runs on under the softmax
+        mbarrier.arrive(k_empty.index(st), count=1)  # this warpgroup is done with block t's K
         p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, t == n - 1, p_op, WG)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-        mbarrier.arrive(empty_bar.index(sp), count=1)  # this warpgroup is done with block t-1
+        mbarrier.arrive(v_empty.index(sp), count=1)  # and with block t-1's V
         acc = acc * alpha[:, None]
     # The last block's P.V.
     sp = (n - 1) % STAGES
@@ -265,7 +272,7 @@ def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_b
     acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
     mbarrier.arrive(turn_bar.index(1 - WG), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-    mbarrier.arrive(empty_bar.index(sp), count=1)
+    mbarrier.arrive(v_empty.index(sp), count=1)
 
     # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store.
     q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
@@ -307,49 +314,71 @@ def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx
         k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v16_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_bar.index(i), count=1)
             mbarrier.init(v_bar.index(i), count=1)
             mbarrier.init(v16_bar.index(i), count=1)
-            mbarrier.init(empty_bar.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+            mbarrier.init(v_empty.index(i), count=2)
         for i in gl.static_range(2):
             mbarrier.init(turn_bar.index(i), count=1)
         fence_async_shared()
         cols = col_idx + bh.to(gl.int64) * NNZ + start
         gl.warp_specialize([
-            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
                             base, q_start, seq_len, n, qk_scale, 0)),
-            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, empty_bar, turn_bar, lse_ptr,
+            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
                             base, q_start, seq_len, n, qk_scale, 1)),
-            (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, empty_bar, cols, base,
-                            q_start, n)),
+            (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, k_empty, v_empty, cols,
+                            base, q_start, n)),
         ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
 
 
-def supported(q: torch.Tensor) -> bool:
-    """Whether this kernel runs the call: a Hopper GPU, bf16, head dim 128, contiguous rows TMA can
-    read (16-byte aligned base), t_max a multiple of the block."""
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether this kernel runs the call: a Hopper GPU, bf16, head dim 128, contiguous tensors TMA can
+    read (16-byte aligned bases), t_max a multiple of the block."""
     B, H, T, D = q.shape
-    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9 and q.dtype == torch.bfloat16
-            and D == BLOCK and T % BLOCK == 0 and q.is_contiguous() and q.data_ptr() % 16 == 0)
+    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9 and D == BLOCK and T % BLOCK == 0
+            and all(t.dtype == torch.bfloat16 and t.shape == q.shape and t.is_contiguous() and t.data_ptr() % 16 == 0
+                    for t in (q, k, v)))
+
+
+_LAYOUTS = {}
 
 
 def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
-    rows = t.reshape(-1, t.shape[-1])
-    block = [block_rows, rows.shape[1]]
-    return TensorDescriptor(rows, list(rows.shape), list(rows.stride()), block,
-                            gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+    """A TMA descriptor over a contiguous (..., 128) tensor seen as (rows, 128), blocks of block_rows."""
+    d = t.shape[-1]
+    layout = _LAYOUTS.get(block_rows)
+    if layout is None:
+        layout = _LAYOUTS[block_rows] = gl.NVMMASharedLayout.get_default_for([block_rows, d], gl.bfloat16)
+    return TensorDescriptor(t, [t.numel() // d, d], [d, 1], [block_rows, d], layout)
+
+
+N_RUNTIME_ARGS = 13  # the kernels' arguments before the constexprs
+
+
+def grid(q) -> tuple:
+    B, H, T, D = q.shape
+    return (T // BLOCK, B * H)
+
+
+def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int, ws: bool) -> tuple:
+    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch."""
+    return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2 if ws else BLOCK), o, lse,
+            row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale,
+            stages, 4 if ws else NUM_WARPS)
 
 
 def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES, ws: bool = True):
-    """Runs the kernel over (query blocks, batch x heads); q, k, v, o contiguous (B, H, T, 128) bf16.
-    ws: the warp-specialised kernel (a producer and two consumer warpgroups, 12 warps)."""
-    B, H, T, D = q.shape
-    args = (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2 if ws else BLOCK), o, lse,
-            row_ptr, col_idx, seq_lens, H, col_idx.shape[-1], T, qk_scale)
+    """Runs the kernel over (query blocks, batch x heads) through Triton's JIT and returns the compiled
+    kernel; q, k, v, o contiguous (B, H, T, 128) bf16. ws: the warp-specialised kernel (a producer and
+    two consumer warpgroups, 12 warps)."""
+    args = arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages, ws)[:N_RUNTIME_ARGS]
     if ws:  # 12 warps x 168 registers fill the register file; the partitions then rebalance them
-        return _bsa_fwd_ws[(T // BLOCK, B * H)](*args, STAGES=stages, num_warps=4, maxnreg=168)
-    return _bsa_fwd_gluon[(T // BLOCK, B * H)](*args, STAGES=stages, num_warps=NUM_WARPS)
+        return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, num_warps=4, maxnreg=168)
+    return _bsa_fwd_gluon[grid(q)](*args, STAGES=stages, num_warps=NUM_WARPS)
