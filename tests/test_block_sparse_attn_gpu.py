@@ -51,6 +51,6 @@ def test_gluon_kernel_runs_on_hopper():
         sub = sys.modules[entry.fn.__module__]
         assert sub._gluon is not None, "bsa_gluon failed to import"
         q = torch.zeros((1, 1, 128, 128), device="cuda", dtype=torch.bfloat16)
-        assert sub.GLUON and sub._gluon.supported(q)
+        assert sub.GLUON and sub._gluon.supported(q, q, q)
     finally:
         contract.unload(entry)
