@@ -1,4 +1,9 @@
-"""Block-sparse causal attention forward in Triton (attention-kernel challenge contract).
+"""Block-sparse causal attention forward (attention-kernel challenge contract).
+
+On a Hopper GPU the call runs the Gluon kernel of bsa_gluon.py (warp-specialised: a TMA
+producer, two consumer warpgroups in ping-pong; docs/benchmarks-block_sparse_attn.md); the
+Triton kernel below runs everywhere else (the interpreter, other GPUs, other shapes). Both
+compute the same numbers.
 
 One program per (batch, head, 128-token query block) walks its CSR row with an online
 softmax in fp32: the row's off-diagonal key blocks with no mask at all, then its last
