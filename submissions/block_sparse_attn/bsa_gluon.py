@@ -1,19 +1,24 @@
-"""Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into a
+"""Block-sparse causal attention forward as Gluon kernels for Hopper (sm_90): TMA loads into a
 ring of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host
 (3.6) does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
 
-One program: one 128-token query block of one (batch, head), its CSR row walked in order. Its
-8 warps form two warpgroups, each owning 64 query rows (MMAs laid out warps [8, 1]), so the
-softmax of a row never leaves its warp. Per 128-key block of the row:
+One program: one 128-token query block of one (batch, head), its CSR row walked in order, two
+warpgroups of 64 query rows each (the softmax of a row never leaves its warp). Per 128-key block:
   S  = q . k^T                  (wgmma, q and k from shared memory; fp32 accumulation)
   P  = exp2(S * scale - m)      (online softmax in registers; the row's last block, the
                                  diagonal one, masked causally)
   O += P . v                    (wgmma, P from registers in fp16, v from shared memory in fp16)
-K and V blocks arrive by TMA into a ring of STAGES stages, loaded STAGES blocks ahead. The next
-block's scores are issued right behind this block's P.V, and its V is converted bf16 -> fp16 in
-place in shared memory (each thread rewrites the 16-byte pieces it read) while those scores run.
-(Converting while P.V is still in flight too makes the ptxas of triton 3.6's wheel, CUDA 12.8,
-crash with a segmentation fault; CUDA 13.0's compiles it.)
+V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 16-byte pieces
+it read).
+
+_bsa_fwd_ws (the default, launch(ws=True)): warp-specialised. A producer warpgroup issues the TMA
+loads into a 3-stage ring (K and V of a block freed apart) and converts V; the two consumer
+warpgroups take turns (an mbarrier ping-pong, FA3's schedule) to issue a block's scores and the
+previous block's P.V, and each runs its softmax while the other's MMAs run.
+_bsa_fwd_gluon (ws=False, measured 25% slower): one partition of 8 warps in lockstep, the next
+block's scores issued behind this block's P.V and its V converted while they run. (Converting
+while P.V is still in flight too makes the ptxas of triton 3.6's wheel, CUDA 12.8, crash with a
+segmentation fault; CUDA 13.0's compiles it.)
 
 The numbers are submission.py's Triton kernel's (PV_MODE = DIAG_MODE = "fp16", whose comment
 says why): q.k^T of bf16 inputs accumulated in fp32, P and V in fp16 for P.V, o rounded to bf16
