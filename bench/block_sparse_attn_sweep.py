@@ -53,7 +53,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"bundled CONFIGS={sub.CONFIGS}", flush=True)
 
-    bundled = {name: getattr(sub, name) for name in ("PV_MODE", "DIAG_MODE", "REVERSE", "MAXNREG", "GLUON", "GLUON_STAGES", "GLUON_WS") if hasattr(sub, name)}
+    bundled = {name: getattr(sub, name) for name in ("PV_MODE", "DIAG_MODE", "REVERSE", "MAXNREG", "GLUON", "GLUON_STAGES") if hasattr(sub, name)}
 
     def use(cfg):
         sub.CONFIGS = {"default": tuple(int(x) for x in cfg[:4])}

@@ -1,4 +1,4 @@
-"""Block-sparse causal attention forward as Gluon kernels for Hopper (sm_90): TMA loads into a
+"""Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into a
 ring of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host
 (3.6) does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
 
@@ -11,14 +11,12 @@ warpgroups of 64 query rows each (the softmax of a row never leaves its warp). P
 V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 16-byte pieces
 it read).
 
-_bsa_fwd_ws (the default, launch(ws=True)): warp-specialised. A producer warpgroup issues the TMA
-loads into a 3-stage ring (K and V of a block freed apart) and converts V; the two consumer
-warpgroups take turns (an mbarrier ping-pong, FA3's schedule) to issue a block's scores and the
-previous block's P.V, and each runs its softmax while the other's MMAs run.
-_bsa_fwd_gluon (ws=False, measured 25% slower): one partition of 8 warps in lockstep, the next
-block's scores issued behind this block's P.V and its V converted while they run. (Converting
-while P.V is still in flight too makes the ptxas of triton 3.6's wheel, CUDA 12.8, crash with a
-segmentation fault; CUDA 13.0's compiles it.)
+The kernel is warp-specialised. A producer warpgroup issues the TMA loads into a 3-stage ring
+(K and V of a block freed apart) and converts V; the two consumer warpgroups take turns (an
+mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's P.V, and
+each runs its softmax while the other's MMAs run. (A single partition of 8 warps in lockstep was
+25% slower, and the ptxas of triton 3.6's wheel, CUDA 12.8, crashed on one form of it:
+docs/benchmarks-block_sparse_attn.md, `git show cc4547c:submissions/block_sparse_attn/bsa_gluon.py`.)
 
 The numbers are submission.py's Triton kernel's (PV_MODE = DIAG_MODE = "fp16", whose comment
 says why): q.k^T of bf16 inputs accumulated in fp32, P and V in fp16 for P.V, o rounded to bf16
@@ -26,7 +24,6 @@ once, lse in natural log; padded query rows (token >= seq_len) and empty rows gi
 lse = -inf.
 """
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -34,21 +31,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK = 128       # query rows per program, keys per CSR block
-NUM_WARPS = 8
 STAGES = 3        # K and V ring: 3 x 64 KB beside the 32 KB query block
 LOG2E = gl.constexpr(1.4426950408889634)
 WS_CONSUMER_REGS = gl.constexpr(232)
 WS_PRODUCER_REGS = gl.constexpr(40)
-
-
-@gluon.jit
-def _load_block(k_desc, v_desc, row0, k_bar, v_bar, k_buf, v_buf):
-    """TMA loads of one key block (rows row0.. of the (B*H*T, D) views) into one ring stage;
-    K and V have a barrier each, since the scores need K well before P.V needs V."""
-    mbarrier.expect(k_bar, k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar, k_buf)
-    mbarrier.expect(v_bar, v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar, v_buf)
 
 
 @gluon.jit
@@ -74,110 +60,6 @@ def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
     p = gl.exp2(s * qk_scale - m_new[:, None])
     return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
-
-@gluon.jit(do_not_specialize=["H", "NNZ"])
-def _bsa_fwd_gluon(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, NNZ, T_MAX, qk_scale,
-                   STAGES: gl.constexpr, num_warps: gl.constexpr):
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    D: gl.constexpr = q_desc.block_type.shape[1]
-    BN: gl.constexpr = k_desc.block_type.shape[0]
-    qb = gl.program_id(0)
-    bh = gl.program_id(1)
-    seq_len = gl.load(seq_lens + bh // H)
-    row = row_ptr + bh * (T_MAX // BM + 1) + qb
-    start = gl.load(row)
-    n = gl.load(row + 1) - start
-    q_start = qb * BM
-    base = bh * T_MAX  # this head's first row in the (B*H*T, D) views
-
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                  instr_shape=[16, BN, 16])
-    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    if (q_start >= seq_len) | (n <= 0):
-        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
-        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
-        gl.store(o_ptr + (base + rows)[:, None].to(gl.int64) * D + cols_d[None, :],
-                 gl.zeros([BM, D], gl.bfloat16, layout=mma))
-        gl.store(lse_ptr + base + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma)))
-    else:
-        q_s = gl.allocate_shared_memory(gl.bfloat16, [BM, D], q_desc.layout)
-        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], k_desc.layout)
-        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_bar.index(i), count=1)
-            mbarrier.init(v_bar.index(i), count=1)
-        fence_async_shared()
-
-        cols = col_idx + bh.to(gl.int64) * NNZ + start
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar, q_s)
-        for i in gl.static_range(STAGES):
-            if i < n:
-                _load_block(k_desc, v_desc, base + gl.load(cols + i) * BN, k_bar.index(i), v_bar.index(i),
-                            k_s.index(i), v_s.index(i))
-
-        m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
-        l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
-        acc = gl.zeros([BM, D], gl.float32, layout=mma)
-        s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
-        # The row's last block is the diagonal one: key token <= query token.
-        keys = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-        diag_mask = keys[None, :] <= gl.arange(0, BM, layout=gl.SliceLayout(1, mma))[:, None]
-
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(k_bar.index(0), 0)
-        s_tok = warpgroup_mma(q_s, k_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(0), 0)
-        _v_to_fp16(v_s.index(0), num_warps)
-        fence_async_shared()
-        gl.thread_barrier()
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        for t in range(n):
-            st = t % STAGES
-            if t == n - 1:
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, diag_mask, True)
-            else:
-                p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, diag_mask, False)
-            acc = acc * alpha[:, None]
-            v16 = v_s.index(st)._reinterpret(gl.float16, [BN, D], v_desc.layout)
-            acc_tok = warpgroup_mma(gl.convert_layout(p.to(gl.float16), p_op), v16, acc, is_async=True)
-            if t + 1 < n:
-                st1 = (t + 1) % STAGES
-                phase = ((t + 1) // STAGES) & 1
-                mbarrier.wait(k_bar.index(st1), phase)
-                s_tok = warpgroup_mma(q_s, k_s.index(st1).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc_tok,))  # P.V done; the scores run on
-                mbarrier.wait(v_bar.index(st1), phase)
-                _v_to_fp16(v_s.index(st1), num_warps)
-                fence_async_shared()
-                gl.thread_barrier()  # both warpgroups: V converted, and done with stage st
-                if t + STAGES < n:
-                    _load_block(k_desc, v_desc, base + gl.load(cols + t + STAGES) * BN, k_bar.index(st),
-                                v_bar.index(st), k_s.index(st), v_s.index(st))
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-            else:
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-        mbarrier.invalidate(q_bar)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(k_bar.index(i))
-            mbarrier.invalidate(v_bar.index(i))
-
-        # o through shared memory (the query block's buffer, free now) and one TMA store.
-        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
-        live = rows < seq_len
-        gl.store(lse_ptr + base + rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
-        q_s.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
-        fence_async_shared()
-        gl.thread_barrier()
-        tma.async_copy_shared_to_global(o_desc, [base + q_start, 0], q_s)
-        tma.store_wait(0)
-
-
-# ---- Warp-specialised variant (WS): a producer warpgroup and two consumer warpgroups in ping-pong.
 
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, k_empty, v_empty, cols, base,
@@ -364,7 +246,7 @@ def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
     return TensorDescriptor(t, [t.numel() // d, d], [d, 1], [block_rows, d], layout)
 
 
-N_RUNTIME_ARGS = 13  # the kernels' arguments before the constexprs
+N_RUNTIME_ARGS = 13  # the kernel's arguments before the constexprs
 
 
 def grid(q) -> tuple:
@@ -372,18 +254,16 @@ def grid(q) -> tuple:
     return (T // BLOCK, B * H)
 
 
-def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int, ws: bool) -> tuple:
-    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch."""
-    return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2 if ws else BLOCK), o, lse,
-            row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale,
-            stages, 4 if ws else NUM_WARPS)
+def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
+    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch.
+    o leaves in 64-row blocks, one per consumer warpgroup."""
+    return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2), o, lse,
+            row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale, stages, 4)
 
 
-def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES, ws: bool = True):
+def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):
     """Runs the kernel over (query blocks, batch x heads) through Triton's JIT and returns the compiled
-    kernel; q, k, v, o contiguous (B, H, T, 128) bf16. ws: the warp-specialised kernel (a producer and
-    two consumer warpgroups, 12 warps)."""
-    args = arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages, ws)[:N_RUNTIME_ARGS]
-    if ws:  # 12 warps x 168 registers fill the register file; the partitions then rebalance them
-        return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, num_warps=4, maxnreg=168)
-    return _bsa_fwd_gluon[grid(q)](*args, STAGES=stages, num_warps=NUM_WARPS)
+    kernel; q, k, v, o contiguous (B, H, T, 128) bf16. 4 warps per partition, 12 in all: at 168
+    registers each they fill the register file, and the partitions then rebalance them."""
+    args = arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages)[:N_RUNTIME_ARGS]
+    return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, num_warps=4, maxnreg=168)

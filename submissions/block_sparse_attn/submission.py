@@ -194,11 +194,10 @@ REVERSE = False
 # (254 registers by default) and kbench compare said FASTER on every full case, geomean 0.983
 # (0.973-0.993), 8 processes a side (H100, 2026-11-23; docs/benchmarks-block_sparse_attn.md).
 MAXNREG = 232
-# On a Hopper GPU, the Gluon kernel of bsa_gluon.py (TMA ring, warpgroup MMAs, P.V from registers);
+# On a Hopper GPU, the Gluon kernel of bsa_gluon.py (warp-specialised: TMA producer, ping-pong consumers);
 # the Triton kernel above everywhere else (the interpreter, other GPUs, other shapes).
 GLUON = True
 GLUON_STAGES = 3  # its K/V ring (3 x 64 KB beside the 32 KB query block)
-GLUON_WS = True   # its warp-specialised form: a producer warpgroup, two consumer warpgroups in ping-pong
 
 
 def _interpreted() -> bool:
@@ -266,16 +265,17 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
 
 
 def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
-    """The Gluon kernel, launched directly once compiled (as _launch does the Triton one): the
-    JIT's dispatch with four TMA descriptors cost ~0.5 ms of host time per call on the H100 host."""
-    key = ("gluon", GLUON_STAGES, bool(GLUON_WS), q.device, row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
+    """The Gluon kernel, launched directly once compiled (as _launch does the Triton one): through
+    the JIT's dispatch the call took ~0.7 ms to return in the native protocol on the H100 host,
+    ~0.3 ms launched directly (docs/benchmarks-block_sparse_attn.md)."""
+    key = ("gluon", GLUON_STAGES, q.device, row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
     aligned = FAST_LAUNCH and all(t.data_ptr() % 16 == 0 for t in (o, lse, row_ptr, col_idx, seq_lens))
     kernel = _COMPILED.get(key) if aligned else None
     if kernel is not None:
-        args = _gluon.arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES, GLUON_WS)
+        args = _gluon.arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
         if _run_direct(key, kernel, _gluon.grid(q), q.device, args, _gluon.N_RUNTIME_ARGS):
             return
-    kernel = _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES, GLUON_WS)
+    kernel = _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
     if aligned and kernel is not None and _ARG_COUNTS.get(key) != ():
         _COMPILED[key] = kernel
 
