@@ -2,6 +2,7 @@
 GPU the Gluon kernel, elsewhere the Triton one), and which of the two ran."""
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -47,7 +48,6 @@ def test_gluon_kernel_runs_on_hopper():
     contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
     entry = contract.load(ROOT / "submissions" / "block_sparse_attn")
     try:
-        import sys
         sub = sys.modules[entry.fn.__module__]
         assert sub._gluon is not None, "bsa_gluon failed to import"
         q = torch.zeros((1, 1, 128, 128), device="cuda", dtype=torch.bfloat16)
