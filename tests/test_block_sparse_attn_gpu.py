@@ -54,3 +54,38 @@ def test_gluon_kernel_runs_on_hopper():
         assert sub.GLUON and sub._gluon.supported(q, q, q)
     finally:
         contract.unload(entry)
+
+
+def test_cached_descriptors_give_the_ordinary_launchs_outputs():
+    """The Gluon kernel's direct launcher (TMA descriptors cached by address) against the ordinary
+    launch, bit for bit, over shapes that change between calls: a tensor at an address seen before
+    with another shape must get its own descriptor, never the cached one."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernel is for Hopper (sm_90)")
+    task = load_module(REF / "task.py", "_kbench_task_block_sparse_attn")
+    contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
+    entry = contract.load(ROOT / "submissions" / "block_sparse_attn")
+    sub = sys.modules[entry.fn.__module__]
+    try:
+        cases = SUITES["smoke"]["cases"] + SUITES["quick"]["cases"]
+        contract.setup(entry, cases, "cuda")
+        outputs = {}
+        for direct in (False, True):
+            sub.DIRECT_DESCRIPTORS = direct
+            sub._DIRECT.clear()
+            for round_ in range(2):   # the second time round, addresses repeat with other shapes
+                for case in cases:
+                    inputs = task.generate(dict(case, seed=case["seed"]), "cuda")
+                    out = [t.clone() for t in contract.call(entry, inputs)]
+                    torch.cuda.synchronize()
+                    outputs.setdefault((case["name"], round_), []).append(out)
+                    del inputs
+            assert any(d is not None for d in sub._DIRECT.values()) == direct, "the direct launcher did not run"
+        for name, (plain, cached) in outputs.items():
+            for a, b in zip(plain, cached):
+                assert torch.equal(a, b), f"{name}: outputs differ with cached descriptors"
+    finally:
+        sub.DIRECT_DESCRIPTORS = True
+        contract.unload(entry)

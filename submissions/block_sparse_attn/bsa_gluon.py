@@ -257,8 +257,67 @@ def grid(q) -> tuple:
 def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
     """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch.
     o leaves in 64-row blocks, one per consumer warpgroup."""
-    return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2), o, lse,
-            row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale, stages, 4)
+    return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2),
+            *other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages))
+
+
+def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
+    """The arguments after the four descriptors."""
+    return (o, lse, row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale, stages, 4)
+
+
+class DirectLauncher:
+    """Launches a compiled kernel through the raw C launcher under Triton's Python one, with the
+    four TMA descriptors (q, k, v, o) encoded once per address instead of on every call.
+
+    Per call Triton 3.6 builds a TensorDescriptor object per tensor and its launcher encodes each
+    (cuTensorMapEncodeTiled) before the launch: in the original's native protocol, where every
+    host step is slow, that was ~0.1 ms of a 0.3 ms return (docs/benchmarks-block_sparse_attn.md).
+    An encoded descriptor is a function of the tensor's address, its (rows, 128) shape and the
+    block, never of its contents, so one cached by those cannot go stale: a later tensor at the
+    same address and size gets the same descriptor it would be encoded to. The cache keeps the
+    last 64. Built from the compiled kernel's launcher internals; ``create`` returns None where
+    they differ (another Triton), and the caller keeps the ordinary launch."""
+
+    CACHE = 64
+
+    def __init__(self, kernel, n_args: int, fill, dtype_to_host):
+        run = kernel.run
+        cells = dict(zip(run.launch.__code__.co_freevars, (c.cell_contents for c in run.launch.__closure__)))
+        self.raw, self.meta = cells["launcher"], cells["tensordesc_meta"]
+        if (len(self.meta) != 4 or any(m is None for m in self.meta) or run.global_scratch_size
+                or run.profile_scratch_size or run.launch_cooperative_grid):
+            raise TypeError("not the launcher this was written for")
+        self.base = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                     kernel.packed_metadata, None, None, None)
+        self.n_args, self.fill, self.to_host, self.maps = n_args, fill, dtype_to_host, {}
+
+    @classmethod
+    def create(cls, kernel, n_args: int):
+        try:
+            from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+            from triton.runtime.driver import driver
+            return cls(kernel, n_args, driver.active.utils.fill_tma_descriptor, TMA_DTYPE_DEVICE_TO_HOST)
+        except Exception:  # noqa: BLE001 - any difference in Triton's internals: the ordinary launch
+            return None
+
+    def _map(self, t: torch.Tensor, meta: dict) -> list:
+        rows, d = t.numel() // t.shape[-1], t.shape[-1]
+        key = (t.data_ptr(), rows, d, tuple(meta["block_size"]))
+        found = self.maps.get(key)
+        if found is None:
+            if len(self.maps) >= self.CACHE:
+                self.maps.pop(next(iter(self.maps)))
+            found = self.maps[key] = [self.fill(t.data_ptr(), meta["swizzle"], meta["elem_size"],
+                                                self.to_host[meta["elem_type"]], meta["block_size"],
+                                                [rows, d], [d, 1], 0), rows, d, d, 1]
+        return found
+
+    def __call__(self, grid, stream, q, k, v, o, rest: tuple) -> None:
+        """``rest``: the arguments after the four descriptors (as ``arguments`` gives them)."""
+        args = [*self._map(q, self.meta[0]), *self._map(k, self.meta[1]), *self._map(v, self.meta[2]),
+                *self._map(o, self.meta[3]), *rest]
+        self.raw(grid[0], grid[1], 1, stream, *self.base, *args[:self.n_args + 4 * 4])
 
 
 def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):

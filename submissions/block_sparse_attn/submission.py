@@ -216,6 +216,10 @@ def _config(t_max: int):
 FAST_LAUNCH = True
 _COMPILED = {}
 _ARG_COUNTS = {}     # key -> how many of the arguments its launcher takes (found on first use)
+# The Gluon kernel's launches go one step further down (bsa_gluon.DirectLauncher): its raw C
+# launcher, with the TMA descriptors encoded once per address rather than on every call.
+DIRECT_DESCRIPTORS = True
+_DIRECT = {}         # key -> bsa_gluon.DirectLauncher, or None where Triton's internals differ
 N_RUNTIME_ARGS = 12  # _bsa_fwd's arguments before the constexprs
 
 
@@ -272,8 +276,15 @@ def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     aligned = FAST_LAUNCH and all(t.data_ptr() % 16 == 0 for t in (o, lse, row_ptr, col_idx, seq_lens))
     kernel = _COMPILED.get(key) if aligned else None
     if kernel is not None:
+        direct = _DIRECT.get(key)
+        if direct is not None:
+            direct(_gluon.grid(q), torch.cuda.current_stream(q.device).cuda_stream, q, k, v, o,
+                   _gluon.other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES))
+            return
         args = _gluon.arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
         if _run_direct(key, kernel, _gluon.grid(q), q.device, args, _gluon.N_RUNTIME_ARGS):
+            if DIRECT_DESCRIPTORS and key not in _DIRECT:   # from the next call on (its argument count is known now)
+                _DIRECT[key] = _gluon.DirectLauncher.create(kernel, _ARG_COUNTS[key][0])
             return
     kernel = _gluon.launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
     if aligned and kernel is not None and _ARG_COUNTS.get(key) != ():
