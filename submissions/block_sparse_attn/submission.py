@@ -276,11 +276,14 @@ def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     aligned = FAST_LAUNCH and all(t.data_ptr() % 16 == 0 for t in (o, lse, row_ptr, col_idx, seq_lens))
     kernel = _COMPILED.get(key) if aligned else None
     if kernel is not None:
-        direct = _DIRECT.get(key)
+        direct = _DIRECT.get(key) if DIRECT_DESCRIPTORS else None
         if direct is not None:
-            direct(_gluon.grid(q), torch.cuda.current_stream(q.device).cuda_stream, q, k, v, o,
-                   _gluon.other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES))
-            return
+            try:
+                direct(_gluon.grid(q), torch.cuda.current_stream(q.device).cuda_stream, q, k, v, o,
+                       _gluon.other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES))
+                return
+            except TypeError:   # the C launcher refused the arguments (before launching): launch as before
+                _DIRECT[key] = None
         args = _gluon.arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES)
         if _run_direct(key, kernel, _gluon.grid(q), q.device, args, _gluon.N_RUNTIME_ARGS):
             if DIRECT_DESCRIPTORS and key not in _DIRECT:   # from the next call on (its argument count is known now)
