@@ -1,0 +1,484 @@
+"""EXPERIMENT (2026-11-24, eighteenth session), not the bundled kernel: submissions/block_sparse_attn/bsa_gluon.py
+made persistent, tiles handed out by an atomic counter (the producer warpgroup schedules, the consumers read each tile's row from a shared-memory slot beside its query block; padded tiles written by the producer). Correct (bit-identical to the bundled kernel on every smoke/quick/full case,
+`tests/test_block_sparse_attn_gpu.py` passed with it), but SLOWER under `kbench compare` on the full
+suite: B/A 1.053 (1.031-1.075). docs/benchmarks-block_sparse_attn.md ("A persistent kernel") has the per-tile
+timeline that says why. To run it as the submission: copy it over submissions/block_sparse_attn/bsa_gluon.py
+and drop the `o` argument of the `direct(...)` call in submission.py (three TMA descriptors, not four).
+
+The bundled kernel's own docstring follows.
+
+Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into a
+ring of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host
+(3.6) does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
+
+One program: one 128-token query block of one (batch, head), its CSR row walked in order, two
+warpgroups of 64 query rows each (the softmax of a row never leaves its warp). Per 128-key block:
+  S  = q . k^T                  (wgmma, q and k from shared memory; fp32 accumulation)
+  P  = exp2(S * scale - m)      (online softmax in registers; the row's last block, the
+                                 diagonal one, masked causally)
+  O += P . v                    (wgmma, P from registers in fp16, v from shared memory in fp16)
+V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 16-byte pieces
+it read).
+
+The kernel is warp-specialised. A producer warpgroup issues the TMA loads into a 3-stage ring
+(K and V of a block freed apart) and converts V; the two consumer warpgroups take turns (an
+mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's P.V, and
+each runs its softmax while the other's MMAs run. (A single partition of 8 warps in lockstep was
+25% slower, and the ptxas of triton 3.6's wheel, CUDA 12.8, crashed on one form of it:
+docs/benchmarks-block_sparse_attn.md, `git show cc4547c:submissions/block_sparse_attn/bsa_gluon.py`.)
+
+The numbers are submission.py's Triton kernel's (PV_MODE = DIAG_MODE = "fp16", whose comment
+says why): q.k^T of bf16 inputs accumulated in fp32, P and V in fp16 for P.V, o rounded to bf16
+once, lse in natural log; padded query rows (token >= seq_len) and empty rows give o = 0,
+lse = -inf.
+"""
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+BLOCK = 128       # query rows per program, keys per CSR block
+STAGES = 3        # V ring
+K_STAGES = 2      # K ring
+Q_BUFFERS = 2     # query blocks: the next tile's loads while this one's last scores run
+LOG2E = gl.constexpr(1.4426950408889634)
+WS_CONSUMER_REGS = gl.constexpr(232)
+WS_PRODUCER_REGS = gl.constexpr(40)
+MAX_BATCH = gl.constexpr(32)  # one batch a lane
+
+
+@gluon.jit
+def _v_to_fp16(v_buf, num_warps: gl.constexpr, CHUNKS: gl.constexpr = 1):
+    """Rewrites a V block in place as fp16 (exact for the challenge's randn values; see
+    submission.py). Each thread writes back the very 16-byte pieces it read, so no thread
+    overwrites another's input; the caller fences and syncs before an MMA reads it."""
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    vh = v_buf._reinterpret(gl.float16, v_buf.shape, v_buf.layout)
+    ROWS: gl.constexpr = v_buf.shape[0] // CHUNKS
+    for i in gl.static_range(CHUNKS):
+        x = v_buf.slice(i * ROWS, ROWS).load(ld)
+        vh.slice(i * ROWS, ROWS).store(x.to(gl.float16))
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
+    """Online softmax of one score tile in base 2: P (fp32), the old rows' rescale, new max and sum."""
+    if MASKED:
+        s = gl.where(mask, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _batches(seq_lens, H, B, NQB, BM: gl.constexpr):
+    """Per batch (up to MAX_BATCH; supported() sends larger batches to the Triton kernel), held whole
+    by every thread: its live query blocks (those holding a token of the sequence) and the running
+    total of live tiles (live query blocks x heads) up to its end. Computed once, so that a tile's
+    place takes no memory access (_tile)."""
+    b = gl.arange(0, MAX_BATCH, layout=gl.BlockedLayout([1], [32], [4], [0]))
+    live = gl.minimum((gl.load(seq_lens + b, mask=b < B, other=0) + BM - 1) // BM, NQB)
+    return live, gl.associative_scan(live * H, 0, _add)
+
+
+@gluon.jit
+def _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM: gl.constexpr):
+    """Work item ``tile`` of the persistent loop. The live tiles come first (so the programs share
+    them evenly whatever the padding), batch by batch, each (batch, head)'s query blocks in turn
+    (neighbours share their window's key blocks), the last first (on a causal pattern the longest
+    rows); then the padded ones. Returns (batch x head, first query token, seq_len, first CSR
+    entry, entries); a padded tile has first query token >= seq_len."""
+    live, live_end = batches
+    b = gl.arange(0, MAX_BATCH, layout=live.type.layout)
+    live_tiles = gl.max(live_end, 0)
+    padded = tile >= live_tiles
+    r = gl.where(padded, tile - live_tiles, tile)
+    ends = gl.where(padded, gl.minimum(b + 1, B) * NQB * H - live_end, live_end)  # running totals, padded tiles
+    found = gl.sum((ends <= r).to(gl.int32), 0)     # the batch holding tile r
+    mine = b == found
+    blocks = gl.sum(gl.where(mine, live, 0), 0)
+    span = gl.where(padded, NQB - blocks, blocks)   # its live (or padded) query blocks
+    r = r - (gl.sum(gl.where(mine, ends, 0), 0) - span * H)
+    qb = gl.where(padded, blocks, 0) + span - 1 - r % span
+    bh = found * H + r // span
+    row = row_ptr + bh * (NQB + 1) + qb
+    start = gl.load(row)
+    return bh, qb * BM, gl.load(seq_lens + found), start, gl.load(row + 1) - start
+
+
+@gluon.jit
+def _tile_info(values, layout: gl.constexpr):
+    """A tile's (batch x head, first query token, seq_len, CSR entries) as one small tensor, held whole
+    by every thread, for the query buffer's info slot; n < 0 says there are no more tiles."""
+    i = gl.arange(0, 4, layout=layout)
+    bh, q_start, seq_len, n = values
+    return gl.where(i == 0, bh, gl.where(i == 1, q_start, gl.where(i == 2, seq_len, n)))
+
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty, v_empty,
+                 o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
+    """The scheduler and the TMA loads. Tiles are taken in order from a counter shared by the programs
+    (the first one per program given), so a program that drew short rows takes more of them. Per
+    live tile: its row and query block into a free query buffer and its info slot (once both
+    consumers' scores of the tile that last used it are done), then each key block's K and V as soon
+    as both consumers are done with the K or V that held the slot; each V block converted to fp16 in
+    place once it has landed. Then an info slot saying "no more", and the padded tiles (o = 0,
+    lse = -inf) written here. The last program out sets the counter back to zero for the next call."""
+    KST: gl.constexpr = k_s.shape[0]
+    VST: gl.constexpr = v_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    NQB = T_MAX // BM
+    n_tiles = NQB * H * B
+    batches = _batches(seq_lens, H, B, NQB, BM)
+    live_tiles = gl.max(batches[1], 0)
+    programs = gl.num_programs(0)
+    kv = 0
+    tiles = 0
+    tile = gl.program_id(0)
+    while tile < live_tiles:
+        taken = programs + gl.atomic_add(counter, 1)  # the next one, read while this one loads
+        bh, q_start, seq_len, start, n = _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM)
+        base = bh * T_MAX
+        cols = col_idx + bh.to(gl.int64) * NNZ + start
+        col_next = gl.load(cols, mask=n > 0, other=0)
+        qi = tiles % info_s.shape[0]
+        mbarrier.wait(q_empty.index(qi), ((tiles // info_s.shape[0]) & 1) ^ 1)
+        info_s.index(qi).store(_tile_info((bh, q_start, seq_len, n), info_layout))
+        if n > 0:
+            mbarrier.expect(q_bar.index(qi), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar.index(qi), q_s.index(qi))
+        else:  # an empty row: the consumers write o = 0
+            mbarrier.arrive(q_bar.index(qi), count=1)
+        for i in range(n + 1):
+            if i < n:
+                j = kv + i
+                row0 = base + col_next * BN
+                col_next = gl.load(cols + gl.minimum(i + 1, n - 1))
+                sk = j % KST
+                mbarrier.wait(k_empty.index(sk), ((j // KST) & 1) ^ 1)
+                mbarrier.expect(k_bar.index(sk), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(sk), k_s.index(sk))
+                sv = j % VST
+                mbarrier.wait(v_empty.index(sv), ((j // VST) & 1) ^ 1)
+                mbarrier.expect(v_bar.index(sv), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(sv), v_s.index(sv))
+            if i > 0:  # block i-1's V, behind block i's loads
+                j = kv + i - 1
+                sv = j % VST
+                mbarrier.wait(v_bar.index(sv), (j // VST) & 1)
+                _v_to_fp16(v_s.index(sv), 4, 8)  # in 16-row pieces: the producer has few registers
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(v16_bar.index(sv), count=1)
+        kv += n
+        tiles += 1
+        tile = taken
+    qi = tiles % info_s.shape[0]
+    mbarrier.wait(q_empty.index(qi), ((tiles // info_s.shape[0]) & 1) ^ 1)
+    info_s.index(qi).store(_tile_info((0, 0, 0, -1), info_layout))
+    mbarrier.arrive(q_bar.index(qi), count=1)
+    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    while tile < n_tiles:
+        taken = programs + gl.atomic_add(counter, 1)
+        bh, q_start, seq_len, start, n = _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM)
+        rows = bh * T_MAX + q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
+        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
+        gl.store(o_ptr + rows[:, None].to(gl.int64) * D + cols_d[None, :], gl.zeros([BM, D], gl.bfloat16, layout=zl))
+        gl.store(lse_ptr + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
+        tile = taken
+    if gl.atomic_add(counter + 1, 1) == programs - 1:  # every program has taken its last tile
+        gl.atomic_xchg(counter, 0)
+        gl.atomic_xchg(counter + 1, 0)
+
+
+@gluon.jit
+def _ws_turn(turn_bar, WG: gl.constexpr, k):
+    """Waits for this warpgroup's k-th turn to issue MMAs (warpgroup 0 goes first)."""
+    mbarrier.wait(turn_bar.index(WG), (k & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.constexpr):
+    """Block softmax of 64 rows (the diagonal block masked causally): P in fp16 as the next P.V's
+    register operand, the accumulator's rescale, new max and sum."""
+    BM: gl.constexpr = s.shape[0]
+    BN: gl.constexpr = s.shape[1]
+    if diagonal:
+        rows = gl.arange(0, BM, layout=gl.SliceLayout(1, s.type.layout)) + WG * BM
+        keys = gl.arange(0, BN, layout=gl.SliceLayout(0, s.type.layout))
+        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, keys[None, :] <= rows[:, None], True)
+    else:
+        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, 0, False)
+    return gl.convert_layout(pf.to(gl.float16), p_op), alpha, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr, lse_ptr,
+                 T_MAX, qk_scale, WG: gl.constexpr):
+    """64 query rows of each tile the producer hands over (its info slot, beside its query block):
+    per key block, its scores and the previous block's P.V issued in this warpgroup's turn, then its
+    softmax while the other warpgroup's MMAs run. o and lse go out straight from registers; the
+    query buffer is handed back once the tile's scores are done."""
+    QBUF: gl.constexpr = q_s.shape[0]
+    KST: gl.constexpr = k_s.shape[0]
+    VST: gl.constexpr = v_s.shape[0]
+    BN: gl.constexpr = k_s.shape[1]
+    D: gl.constexpr = k_s.shape[2]
+    BM: gl.constexpr = q_s.shape[1] // 2
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
+    field = gl.arange(0, 4, layout=info_layout)
+    kv = 0
+    turns = 0
+    tiles = 0
+    mbarrier.wait(q_bar.index(0), 0)
+    info = info_s.index(0).load(info_layout)
+    n = gl.sum(gl.where(field == 3, info, 0), 0)
+    while n >= 0:
+        qi = tiles % QBUF
+        bh = gl.sum(gl.where(field == 0, info, 0), 0)
+        q_start = gl.sum(gl.where(field == 1, info, 0), 0)
+        seq_len = gl.sum(gl.where(field == 2, info, 0), 0)
+        base = bh * T_MAX
+        q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
+        if n == 0:  # an empty row: o = 0, lse = -inf
+            mbarrier.arrive(q_empty.index(qi), count=1)
+            gl.store(lse_ptr + base + q_rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma)))
+            gl.store(o_ptr + (base + q_rows)[:, None].to(gl.int64) * D + cols_d[None, :],
+                     gl.zeros([BM, D], gl.bfloat16, layout=mma))
+        else:
+            q_mine = q_s.index(qi).slice(WG * BM, BM)
+            m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
+            l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
+            acc = gl.zeros([BM, D], gl.float32, layout=mma)
+            # Block 0: scores only.
+            sk = kv % KST
+            mbarrier.wait(k_bar.index(sk), (kv // KST) & 1)
+            _ws_turn(turn_bar, WG, turns)
+            s_tok = warpgroup_mma(q_mine, k_s.index(sk).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+            mbarrier.arrive(k_empty.index(sk), count=1)
+            p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, n == 1, p_op, WG)
+            for t in range(1, n):  # block t's scores and block t-1's P.V in one turn
+                j = kv + t
+                sk = j % KST
+                sv = (j - 1) % VST
+                mbarrier.wait(k_bar.index(sk), (j // KST) & 1)
+                mbarrier.wait(v16_bar.index(sv), ((j - 1) // VST) & 1)
+                _ws_turn(turn_bar, WG, turns + t)
+                s_tok = warpgroup_mma(q_mine, k_s.index(sk).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                v16 = v_s.index(sv)._reinterpret(gl.float16, [BN, D], v_s.layout)
+                acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+                mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # the scores; P.V runs on under the softmax
+                mbarrier.arrive(k_empty.index(sk), count=1)  # this warpgroup is done with block t's K
+                p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, t == n - 1, p_op, WG)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+                mbarrier.arrive(v_empty.index(sv), count=1)  # and with block t-1's V
+                acc = acc * alpha[:, None]
+            mbarrier.arrive(q_empty.index(qi), count=1)  # every score of the tile is done: the buffer may refill
+            # The last block's P.V.
+            j = kv + n - 1
+            sv = j % VST
+            mbarrier.wait(v16_bar.index(sv), (j // VST) & 1)
+            _ws_turn(turn_bar, WG, turns + n)
+            v16 = v_s.index(sv)._reinterpret(gl.float16, [BN, D], v_s.layout)
+            acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+            mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+            mbarrier.arrive(v_empty.index(sv), count=1)
+
+            live = q_rows < seq_len
+            gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
+            out = gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16)
+            gl.store(o_ptr + (base + q_rows)[:, None].to(gl.int64) * D + cols_d[None, :], out)
+            kv += n
+            turns += n + 1
+        tiles += 1
+        qi = tiles % QBUF
+        mbarrier.wait(q_bar.index(qi), (tiles // QBUF) & 1)
+        info = info_s.index(qi).load(info_layout)
+        n = gl.sum(gl.where(field == 3, info, 0), 0)
+
+
+@gluon.jit(do_not_specialize=["H", "B", "NNZ"])
+def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX, qk_scale,
+                STAGES: gl.constexpr, K_STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
+    """Persistent: each program takes tiles (query block, batch x head) until none are left, so the
+    next tile's loads run under the current tile's last MMAs and its store. Shared memory:
+    Q_BUFFERS query blocks (each with its tile's info), a K ring of K_STAGES and a V ring of STAGES
+    blocks, 32 KB each. ``counter``: two int32 zeros, left at zero."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [Q_BUFFERS, BM, D], q_desc.layout)
+    info_s = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [K_STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v16_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=2)  # one arrival per consumer
+    for i in gl.static_range(K_STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(v_bar.index(i), count=1)
+        mbarrier.init(v16_bar.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(turn_bar.index(i), count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_ws_consumer, (q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr,
+                        lse_ptr, T_MAX, qk_scale, 0)),
+        (_ws_consumer, (q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr,
+                        lse_ptr, T_MAX, qk_scale, 1)),
+        (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
+                        v_empty, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX)),
+    ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
+
+
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether this kernel runs the call: a Hopper GPU, bf16, head dim 128, contiguous tensors TMA can
+    read (16-byte aligned bases), t_max a multiple of the block, at most MAX_BATCH sequences."""
+    B, H, T, D = q.shape
+    return (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9 and D == BLOCK and T % BLOCK == 0
+            and B <= MAX_BATCH.value
+            and all(t.dtype == torch.bfloat16 and t.shape == q.shape and t.is_contiguous() and t.data_ptr() % 16 == 0
+                    for t in (q, k, v)))
+
+
+_LAYOUTS = {}
+
+
+def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
+    """A TMA descriptor over a contiguous (..., 128) tensor seen as (rows, 128), blocks of block_rows."""
+    d = t.shape[-1]
+    layout = _LAYOUTS.get(block_rows)
+    if layout is None:
+        layout = _LAYOUTS[block_rows] = gl.NVMMASharedLayout.get_default_for([block_rows, d], gl.bfloat16)
+    return TensorDescriptor(t, [t.numel() // d, d], [d, 1], [block_rows, d], layout)
+
+
+N_RUNTIME_ARGS = 14  # the kernel's arguments before the constexprs
+_SMS = {}
+_COUNTERS = {}
+
+
+def counter(device) -> torch.Tensor:
+    """The tile counter of the calls on this device and stream: two int32 zeros, which every launch
+    leaves at zero (its last program resets them). One per stream, so that calls on two streams at
+    once never share one."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    found = _COUNTERS.get(key)
+    if found is None:
+        found = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return found
+
+
+def grid(q) -> tuple:
+    """One program per SM (fewer where there are fewer tiles): the kernel is persistent."""
+    B, H, T, D = q.shape
+    sms = _SMS.get(q.device)
+    if sms is None:
+        sms = _SMS[q.device] = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return (min(sms, (T // BLOCK) * B * H), 1)
+
+
+def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
+    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch."""
+    return (_descriptor(q), _descriptor(k), _descriptor(v),
+            *other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages))
+
+
+def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
+    """The arguments after the three descriptors."""
+    B, H, T, D = q.shape
+    return (o, lse, row_ptr, col_idx, seq_lens, counter(q.device), H, B, col_idx.shape[-1], T, qk_scale,
+            stages, K_STAGES, Q_BUFFERS, 4)
+
+
+class DirectLauncher:
+    """Launches a compiled kernel through the raw C launcher under Triton's Python one, with the
+    TMA descriptors (q, k, v) encoded once per address instead of on every call.
+
+    Per call Triton 3.6 builds a TensorDescriptor object per tensor and its launcher encodes each
+    (cuTensorMapEncodeTiled) before the launch: in the original's native protocol, where every
+    host step is slow, that was ~0.1 ms of a 0.3 ms return (docs/benchmarks-block_sparse_attn.md).
+    An encoded descriptor is a function of the tensor's address, its (rows, 128) shape and the
+    block, never of its contents, so one cached by those cannot go stale: a later tensor at the
+    same address and size gets the same descriptor it would be encoded to. The cache keeps the
+    last 64. Built from the compiled kernel's launcher internals; ``create`` returns None where
+    they differ (another Triton), and the caller keeps the ordinary launch."""
+
+    CACHE = 64
+    N_DESCRIPTORS = 3
+
+    def __init__(self, kernel, n_args: int, fill, dtype_to_host):
+        run = kernel.run
+        cells = dict(zip(run.launch.__code__.co_freevars, (c.cell_contents for c in run.launch.__closure__)))
+        self.raw, self.meta = cells["launcher"], cells["tensordesc_meta"]
+        if (len(self.meta) != self.N_DESCRIPTORS or any(m is None for m in self.meta) or run.global_scratch_size
+                or run.profile_scratch_size or run.launch_cooperative_grid):
+            raise TypeError("not the launcher this was written for")
+        self.base = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                     kernel.packed_metadata, None, None, None)
+        self.n_args, self.fill, self.to_host, self.maps = n_args, fill, dtype_to_host, {}
+
+    @classmethod
+    def create(cls, kernel, n_args: int):
+        try:
+            from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+            from triton.runtime.driver import driver
+            return cls(kernel, n_args, driver.active.utils.fill_tma_descriptor, TMA_DTYPE_DEVICE_TO_HOST)
+        except Exception:  # noqa: BLE001 - any difference in Triton's internals: the ordinary launch
+            return None
+
+    def _map(self, t: torch.Tensor, meta: dict) -> list:
+        rows, d = t.numel() // t.shape[-1], t.shape[-1]
+        key = (t.data_ptr(), rows, d, tuple(meta["block_size"]))
+        found = self.maps.get(key)
+        if found is None:
+            if len(self.maps) >= self.CACHE:
+                self.maps.pop(next(iter(self.maps)))
+            found = self.maps[key] = [self.fill(t.data_ptr(), meta["swizzle"], meta["elem_size"],
+                                                self.to_host[meta["elem_type"]], meta["block_size"],
+                                                [rows, d], [d, 1], 0), rows, d, d, 1]
+        return found
+
+    def __call__(self, grid, stream, q, k, v, rest: tuple) -> None:
+        """``rest``: the arguments after the descriptors (as ``other_arguments`` gives them)."""
+        args = [*self._map(q, self.meta[0]), *self._map(k, self.meta[1]), *self._map(v, self.meta[2]), *rest]
+        self.raw(grid[0], grid[1], 1, stream, *self.base, *args[:self.n_args + 4 * self.N_DESCRIPTORS])
+
+
+def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):
+    """Runs the kernel (one program per SM) through Triton's JIT and returns the compiled kernel;
+    q, k, v, o contiguous (B, H, T, 128) bf16. 4 warps per partition, 12 in all: at 168 registers
+    each they fill the register file, and the partitions then rebalance them."""
+    args = arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages)[:N_RUNTIME_ARGS]
+    return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, K_STAGES=K_STAGES, Q_BUFFERS=Q_BUFFERS, num_warps=4, maxnreg=168)
