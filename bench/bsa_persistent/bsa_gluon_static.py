@@ -1,7 +1,7 @@
 """EXPERIMENT (2026-11-24, eighteenth session), not the bundled kernel: submissions/block_sparse_attn/bsa_gluon.py
-made persistent, tiles handed out by an atomic counter (the producer warpgroup schedules, the consumers read each tile's row from a shared-memory slot beside its query block; padded tiles written by the producer). Correct (bit-identical to the bundled kernel on every smoke/quick/full case,
+made persistent, tiles dealt round-robin over the programs, the live ones first (a tile's place computed in registers, its row read a tile ahead). Correct (bit-identical to the bundled kernel on full-window-1, full-retrieval-2 and full-global-3,
 `tests/test_block_sparse_attn_gpu.py` passed with it), but SLOWER under `kbench compare` on the full
-suite: B/A 1.053 (1.031-1.075). docs/benchmarks-block_sparse_attn.md ("A persistent kernel") has the per-tile
+suite: B/A 1.023 (1.001-1.044). docs/benchmarks-block_sparse_attn.md ("A persistent kernel") has the per-tile
 timeline that says why. To run it as the submission: copy it over submissions/block_sparse_attn/bsa_gluon.py
 and drop the `o` argument of the `direct(...)` call in submission.py (three TMA descriptors, not four).
 
@@ -115,92 +115,70 @@ def _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM: gl.constexpr):
 
 
 @gluon.jit
-def _tile_info(values, layout: gl.constexpr):
-    """A tile's (batch x head, first query token, seq_len, CSR entries) as one small tensor, held whole
-    by every thread, for the query buffer's info slot; n < 0 says there are no more tiles."""
-    i = gl.arange(0, 4, layout=layout)
-    bh, q_start, seq_len, n = values
-    return gl.where(i == 0, bh, gl.where(i == 1, q_start, gl.where(i == 2, seq_len, n)))
-
-
-@gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty, v_empty,
-                 o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
-    """The scheduler and the TMA loads. Tiles are taken in order from a counter shared by the programs
-    (the first one per program given), so a program that drew short rows takes more of them. Per
-    live tile: its row and query block into a free query buffer and its info slot (once both
+def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty, v_empty,
+                 row_ptr, col_idx, seq_lens, H, B, NNZ, T_MAX):
+    """TMA loads, tile after tile: a tile's query block into a free query buffer (once both
     consumers' scores of the tile that last used it are done), then each key block's K and V as soon
     as both consumers are done with the K or V that held the slot; each V block converted to fp16 in
-    place once it has landed. Then an info slot saying "no more", and the padded tiles (o = 0,
-    lse = -inf) written here. The last program out sets the counter back to zero for the next call."""
+    place once it has landed. The next tile's row and the next block's index are read a step ahead,
+    so no load waits on them. The rings' counters run on across tiles. With one query buffer the
+    tile's first K and V go before its query block (which waits for the last tile's scores)."""
+    QBUF: gl.constexpr = q_s.shape[0]
     KST: gl.constexpr = k_s.shape[0]
     VST: gl.constexpr = v_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     BM: gl.constexpr = q_desc.block_type.shape[0]
-    D: gl.constexpr = q_desc.block_type.shape[1]
-    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
     NQB = T_MAX // BM
     n_tiles = NQB * H * B
     batches = _batches(seq_lens, H, B, NQB, BM)
-    live_tiles = gl.max(batches[1], 0)
-    programs = gl.num_programs(0)
     kv = 0
     tiles = 0
-    tile = gl.program_id(0)
-    while tile < live_tiles:
-        taken = programs + gl.atomic_add(counter, 1)  # the next one, read while this one loads
-        bh, q_start, seq_len, start, n = _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM)
-        base = bh * T_MAX
-        cols = col_idx + bh.to(gl.int64) * NNZ + start
-        col_next = gl.load(cols, mask=n > 0, other=0)
-        qi = tiles % info_s.shape[0]
-        mbarrier.wait(q_empty.index(qi), ((tiles // info_s.shape[0]) & 1) ^ 1)
-        info_s.index(qi).store(_tile_info((bh, q_start, seq_len, n), info_layout))
-        if n > 0:
-            mbarrier.expect(q_bar.index(qi), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar.index(qi), q_s.index(qi))
-        else:  # an empty row: the consumers write o = 0
-            mbarrier.arrive(q_bar.index(qi), count=1)
-        for i in range(n + 1):
-            if i < n:
-                j = kv + i
-                row0 = base + col_next * BN
-                col_next = gl.load(cols + gl.minimum(i + 1, n - 1))
-                sk = j % KST
-                mbarrier.wait(k_empty.index(sk), ((j // KST) & 1) ^ 1)
-                mbarrier.expect(k_bar.index(sk), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(sk), k_s.index(sk))
-                sv = j % VST
-                mbarrier.wait(v_empty.index(sv), ((j // VST) & 1) ^ 1)
-                mbarrier.expect(v_bar.index(sv), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(sv), v_s.index(sv))
-            if i > 0:  # block i-1's V, behind block i's loads
-                j = kv + i - 1
-                sv = j % VST
-                mbarrier.wait(v_bar.index(sv), (j // VST) & 1)
-                _v_to_fp16(v_s.index(sv), 4, 8)  # in 16-row pieces: the producer has few registers
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(v16_bar.index(sv), count=1)
-        kv += n
-        tiles += 1
-        tile = taken
-    qi = tiles % info_s.shape[0]
-    mbarrier.wait(q_empty.index(qi), ((tiles // info_s.shape[0]) & 1) ^ 1)
-    info_s.index(qi).store(_tile_info((0, 0, 0, -1), info_layout))
-    mbarrier.arrive(q_bar.index(qi), count=1)
-    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    while tile < n_tiles:
-        taken = programs + gl.atomic_add(counter, 1)
-        bh, q_start, seq_len, start, n = _tile(tile, batches, row_ptr, seq_lens, H, B, NQB, BM)
-        rows = bh * T_MAX + q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
-        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
-        gl.store(o_ptr + rows[:, None].to(gl.int64) * D + cols_d[None, :], gl.zeros([BM, D], gl.bfloat16, layout=zl))
-        gl.store(lse_ptr + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
-        tile = taken
-    if gl.atomic_add(counter + 1, 1) == programs - 1:  # every program has taken its last tile
-        gl.atomic_xchg(counter, 0)
-        gl.atomic_xchg(counter + 1, 0)
+    bh, q_start, seq_len, start, n = _tile(gl.program_id(0), batches, row_ptr, seq_lens, H, B, NQB, BM)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        nxt = _tile(gl.minimum(tile + gl.num_programs(0), n_tiles - 1), batches, row_ptr, seq_lens, H, B, NQB, BM)
+        if (q_start < seq_len) & (n > 0):
+            base = bh * T_MAX
+            cols = col_idx + bh.to(gl.int64) * NNZ + start
+            col_next = gl.load(cols)
+            if QBUF > 1:
+                _load_query(q_desc, q_s, q_bar, q_empty, tiles, base + q_start)
+            for i in range(n + 1):
+                if i < n:
+                    j = kv + i
+                    row0 = base + col_next * BN
+                    col_next = gl.load(cols + gl.minimum(i + 1, n - 1))
+                    sk = j % KST
+                    mbarrier.wait(k_empty.index(sk), ((j // KST) & 1) ^ 1)
+                    mbarrier.expect(k_bar.index(sk), k_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(sk), k_s.index(sk))
+                    sv = j % VST
+                    mbarrier.wait(v_empty.index(sv), ((j // VST) & 1) ^ 1)
+                    mbarrier.expect(v_bar.index(sv), v_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(sv), v_s.index(sv))
+                if i == 0:
+                    if QBUF == 1:
+                        _load_query(q_desc, q_s, q_bar, q_empty, tiles, base + q_start)
+                else:  # block i-1's V, behind block i's loads
+                    j = kv + i - 1
+                    sv = j % VST
+                    mbarrier.wait(v_bar.index(sv), (j // VST) & 1)
+                    _v_to_fp16(v_s.index(sv), 4, 8)  # in 16-row pieces: the producer has few registers
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    mbarrier.arrive(v16_bar.index(sv), count=1)
+            kv += n
+            tiles += 1
+        bh, q_start, seq_len, start, n = nxt
+
+
+@gluon.jit
+def _load_query(q_desc, q_s, q_bar, q_empty, tiles, row0):
+    """The query block of this program's tiles-th live tile, into its buffer once that is free."""
+    QBUF: gl.constexpr = q_s.shape[0]
+    qi = tiles % QBUF
+    mbarrier.wait(q_empty.index(qi), ((tiles // QBUF) & 1) ^ 1)
+    mbarrier.expect(q_bar.index(qi), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row0, 0], q_bar.index(qi), q_s.index(qi))
 
 
 @gluon.jit
@@ -225,12 +203,11 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
 
 
 @gluon.jit
-def _ws_consumer(q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr, lse_ptr,
-                 T_MAX, qk_scale, WG: gl.constexpr):
-    """64 query rows of each tile the producer hands over (its info slot, beside its query block):
-    per key block, its scores and the previous block's P.V issued in this warpgroup's turn, then its
-    softmax while the other warpgroup's MMAs run. o and lse go out straight from registers; the
-    query buffer is handed back once the tile's scores are done."""
+def _ws_consumer(q_s, k_s, v_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr, lse_ptr,
+                 row_ptr, seq_lens, H, B, T_MAX, qk_scale, WG: gl.constexpr):
+    """64 query rows of each tile: per key block, its scores and the previous block's P.V issued in
+    this warpgroup's turn, then its softmax while the other warpgroup's MMAs run. o and lse go out
+    straight from registers; the query buffer is handed back once the tile's scores are done."""
     QBUF: gl.constexpr = q_s.shape[0]
     KST: gl.constexpr = k_s.shape[0]
     VST: gl.constexpr = v_s.shape[0]
@@ -239,33 +216,30 @@ def _ws_consumer(q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty,
     BM: gl.constexpr = q_s.shape[1] // 2
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
-    field = gl.arange(0, 4, layout=info_layout)
+    NQB = T_MAX // (2 * BM)
+    n_tiles = NQB * H * B
+    batches = _batches(seq_lens, H, B, NQB, 2 * BM)
     kv = 0
     turns = 0
     tiles = 0
-    mbarrier.wait(q_bar.index(0), 0)
-    info = info_s.index(0).load(info_layout)
-    n = gl.sum(gl.where(field == 3, info, 0), 0)
-    while n >= 0:
-        qi = tiles % QBUF
-        bh = gl.sum(gl.where(field == 0, info, 0), 0)
-        q_start = gl.sum(gl.where(field == 1, info, 0), 0)
-        seq_len = gl.sum(gl.where(field == 2, info, 0), 0)
+    bh, q_start, seq_len, start, n = _tile(gl.program_id(0), batches, row_ptr, seq_lens, H, B, NQB, 2 * BM)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        nxt = _tile(gl.minimum(tile + gl.num_programs(0), n_tiles - 1), batches, row_ptr, seq_lens, H, B, NQB, 2 * BM)
         base = bh * T_MAX
-        q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
-        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
-        if n == 0:  # an empty row: o = 0, lse = -inf
-            mbarrier.arrive(q_empty.index(qi), count=1)
-            gl.store(lse_ptr + base + q_rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma)))
-            gl.store(o_ptr + (base + q_rows)[:, None].to(gl.int64) * D + cols_d[None, :],
-                     gl.zeros([BM, D], gl.bfloat16, layout=mma))
+        if (q_start >= seq_len) | (n <= 0):  # padding or an empty row: o = 0, lse = -inf
+            z_rows = base + q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
+            z_cols = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
+            gl.store(o_ptr + z_rows[:, None].to(gl.int64) * D + z_cols[None, :], gl.zeros([BM, D], gl.bfloat16, layout=zl))
+            gl.store(lse_ptr + z_rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
         else:
-            q_mine = q_s.index(qi).slice(WG * BM, BM)
             m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
             l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
             acc = gl.zeros([BM, D], gl.float32, layout=mma)
+            qi = tiles % QBUF
+            q_mine = q_s.index(qi).slice(WG * BM, BM)
+            mbarrier.wait(q_bar.index(qi), (tiles // QBUF) & 1)
             # Block 0: scores only.
             sk = kv % KST
             mbarrier.wait(k_bar.index(sk), (kv // KST) & 1)
@@ -304,31 +278,28 @@ def _ws_consumer(q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty,
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
             mbarrier.arrive(v_empty.index(sv), count=1)
 
+            q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+            cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, mma))
             live = q_rows < seq_len
             gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
             out = gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16)
             gl.store(o_ptr + (base + q_rows)[:, None].to(gl.int64) * D + cols_d[None, :], out)
             kv += n
             turns += n + 1
-        tiles += 1
-        qi = tiles % QBUF
-        mbarrier.wait(q_bar.index(qi), (tiles // QBUF) & 1)
-        info = info_s.index(qi).load(info_layout)
-        n = gl.sum(gl.where(field == 3, info, 0), 0)
+            tiles += 1
+        bh, q_start, seq_len, start, n = nxt
 
 
 @gluon.jit(do_not_specialize=["H", "B", "NNZ"])
-def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX, qk_scale,
+def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, B, NNZ, T_MAX, qk_scale,
                 STAGES: gl.constexpr, K_STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
-    """Persistent: each program takes tiles (query block, batch x head) until none are left, so the
-    next tile's loads run under the current tile's last MMAs and its store. Shared memory:
-    Q_BUFFERS query blocks (each with its tile's info), a K ring of K_STAGES and a V ring of STAGES
-    blocks, 32 KB each. ``counter``: two int32 zeros, left at zero."""
+    """Persistent: each program walks the tiles (query block, batch x head) tile, tile + programs, ...,
+    so the next tile's loads run under the current tile's last MMAs and its store. Shared memory:
+    Q_BUFFERS query blocks, a K ring of K_STAGES and a V ring of STAGES blocks, 32 KB each."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
     q_s = gl.allocate_shared_memory(gl.bfloat16, [Q_BUFFERS, BM, D], q_desc.layout)
-    info_s = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     k_s = gl.allocate_shared_memory(gl.bfloat16, [K_STAGES, BN, D], k_desc.layout)
     v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
@@ -353,12 +324,12 @@ def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_le
         mbarrier.init(turn_bar.index(i), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_ws_consumer, (q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr,
-                        lse_ptr, T_MAX, qk_scale, 0)),
-        (_ws_consumer, (q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr,
-                        lse_ptr, T_MAX, qk_scale, 1)),
-        (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
-                        v_empty, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX)),
+        (_ws_consumer, (q_s, k_s, v_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr, lse_ptr,
+                        row_ptr, seq_lens, H, B, T_MAX, qk_scale, 0)),
+        (_ws_consumer, (q_s, k_s, v_s, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr, lse_ptr,
+                        row_ptr, seq_lens, H, B, T_MAX, qk_scale, 1)),
+        (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
+                        v_empty, row_ptr, col_idx, seq_lens, H, B, NNZ, T_MAX)),
     ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
 
 
@@ -384,20 +355,8 @@ def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
     return TensorDescriptor(t, [t.numel() // d, d], [d, 1], [block_rows, d], layout)
 
 
-N_RUNTIME_ARGS = 14  # the kernel's arguments before the constexprs
+N_RUNTIME_ARGS = 13  # the kernel's arguments before the constexprs
 _SMS = {}
-_COUNTERS = {}
-
-
-def counter(device) -> torch.Tensor:
-    """The tile counter of the calls on this device and stream: two int32 zeros, which every launch
-    leaves at zero (its last program resets them). One per stream, so that calls on two streams at
-    once never share one."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
-    found = _COUNTERS.get(key)
-    if found is None:
-        found = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
-    return found
 
 
 def grid(q) -> tuple:
@@ -418,8 +377,7 @@ def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stag
 def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
     """The arguments after the three descriptors."""
     B, H, T, D = q.shape
-    return (o, lse, row_ptr, col_idx, seq_lens, counter(q.device), H, B, col_idx.shape[-1], T, qk_scale,
-            stages, K_STAGES, Q_BUFFERS, 4)
+    return (o, lse, row_ptr, col_idx, seq_lens, H, B, col_idx.shape[-1], T, qk_scale, stages, K_STAGES, Q_BUFFERS, 4)
 
 
 class DirectLauncher:
