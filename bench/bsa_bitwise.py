@@ -1,0 +1,67 @@
+"""block_sparse_attn: are two Gluon kernels' outputs the same bits? For a change meant to keep the
+numbers (scheduling, launch, stores), not a tolerance check.
+
+    python bench/bsa_bitwise.py A_DIR B_DIR [--suites smoke,local-dev,quick,full,broad] [--calls 3]
+
+A_DIR and B_DIR each hold a bsa_gluon.py (a submission directory). Per case of each suite: the
+case's seed inputs (the task's generator), A's launch once, B's launch --calls times into buffers
+filled with junk first; o and lse compared with torch.equal. Prints one line per case and the
+count of mismatches; exits 1 if any.
+"""
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from kbench.tasks import get_task  # noqa: E402
+
+
+def load(directory: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(directory) / "bsa_gluon.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--suites", default="smoke,local-dev,quick,full,broad")
+    ap.add_argument("--calls", type=int, default=3)
+    args = ap.parse_args()
+    a, b = load(args.a, "bsa_gluon_a"), load(args.b, "bsa_gluon_b")
+    task = get_task("block_sparse_attn")
+    scale = 1.4426950408889634 / math.sqrt(128)  # the submission's QK_SCALE: base-2 softmax
+    bad = 0
+    for suite in args.suites.split(","):
+        for case in task.suite(suite).cases:
+            x = task.module.generate(dict(case.params, seed=case.seed), "cuda")
+            q, k, v, rp, ci, sl = (x[n] for n in ("q", "k", "v", "row_ptr", "col_idx", "seq_lens"))
+            if not (a.supported(q, k, v) and b.supported(q, k, v)):
+                print(f"{case.name}: not supported by both kernels, skipped")
+                continue
+            o_a, lse_a = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda")
+            a.launch(q, k, v, rp, ci, sl, o_a, lse_a, scale)
+            same = []
+            for _ in range(args.calls):
+                o_b, lse_b = torch.full_like(q, 7.0), torch.full(q.shape[:3], 7.0, device="cuda")
+                b.launch(q, k, v, rp, ci, sl, o_b, lse_b, scale)
+                torch.cuda.synchronize()
+                same.append(torch.equal(o_a, o_b) and torch.equal(lse_a, lse_b))
+            bad += not all(same)
+            print(f"{case.name}: {'equal' if all(same) else 'DIFFERENT'} ({sum(same)}/{len(same)} calls)", flush=True)
+            del x, q, k, v, o_a, o_b
+            torch.cuda.empty_cache()
+    print(f"cases with different outputs: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
