@@ -9,7 +9,6 @@ filled with junk first; o and lse compared with torch.equal. Prints one line per
 count of mismatches; exits 1 if any.
 """
 import argparse
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -19,14 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from kbench.loader import load_module  # noqa: E402
 from kbench.tasks import get_task  # noqa: E402
-
-
-def load(directory: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(directory) / "bsa_gluon.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> int:
@@ -36,7 +29,8 @@ def main() -> int:
     ap.add_argument("--suites", default="smoke,local-dev,quick,full,broad")
     ap.add_argument("--calls", type=int, default=3)
     args = ap.parse_args()
-    a, b = load(args.a, "bsa_gluon_a"), load(args.b, "bsa_gluon_b")
+    a = load_module(Path(args.a) / "bsa_gluon.py", "bsa_gluon_a")
+    b = load_module(Path(args.b) / "bsa_gluon.py", "bsa_gluon_b")
     task = get_task("block_sparse_attn")
     scale = 1.4426950408889634 / math.sqrt(128)  # the submission's QK_SCALE: base-2 softmax
     bad = 0
