@@ -1,8 +1,8 @@
-"""Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into a
-ring of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host
-(3.6) does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
+"""Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into
+rings of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host (3.6)
+does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
 
-One program: one 128-token query block of one (batch, head), its CSR row walked in order, two
+A tile: one 128-token query block of one (batch, head), its CSR row walked in order, two
 warpgroups of 64 query rows each (the softmax of a row never leaves its warp). Per 128-key block:
   S  = q . k^T                  (wgmma, q and k from shared memory; fp32 accumulation)
   P  = exp2(S * scale - m)      (online softmax in registers; the row's last block, the
@@ -11,12 +11,23 @@ warpgroups of 64 query rows each (the softmax of a row never leaves its warp). P
 V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 16-byte pieces
 it read).
 
-The kernel is warp-specialised. A producer warpgroup issues the TMA loads into a 3-stage ring
-(K and V of a block freed apart) and converts V; the two consumer warpgroups take turns (an
-mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's P.V, and
-each runs its softmax while the other's MMAs run. (A single partition of 8 warps in lockstep was
-25% slower, and the ptxas of triton 3.6's wheel, CUDA 12.8, crashed on one form of it:
-docs/benchmarks-block_sparse_attn.md, `git show cc4547c:submissions/block_sparse_attn/bsa_gluon.py`.)
+The kernel is persistent and warp-specialised: one program per SM takes tiles until none are
+left, in order from a counter in device memory (a program slowed down, or dealt long rows, takes
+fewer; each launch's last program sets the counter back to zero). A tile's place needs no memory
+read: (batch, head) after (batch, head), each one's query blocks from the last to the first
+(padded ones, past the sequence's end, cost next to nothing and are written o = 0 by the
+consumers). A producer warpgroup takes the tiles and issues the TMA loads (the query block into
+one of two buffers, beside a slot with the tile's place; K and V of each block into rings of 2
+and 3, their counters running on across tiles) and converts V; the two consumer warpgroups take
+turns (an mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's
+P.V, and each runs its softmax while the other's MMAs run. o leaves through the tile's query
+buffer and a TMA store that is waited for only at the next tile. The next tile is taken and its
+row read while the current one's first block loads, so between two tiles of a program there is
+~0.2 us (one program per tile: 0.4 us between CTAs, plus ~2 us of row reads and first loads
+inside each). Against one program per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER
+(9/9 cases), quick 1.014 UNSURE, with bit-identical outputs (docs/benchmarks-block_sparse_attn.md;
+a static round-robin deal was faster on full but its times moved 2.3% between runs). A single
+partition of 8 warps in lockstep was 25% slower.
 
 The numbers are submission.py's Triton kernel's (PV_MODE = DIAG_MODE = "fp16", whose comment
 says why): q.k^T of bf16 inputs accumulated in fp32, P and V in fp16 for P.V, o rounded to bf16
@@ -31,7 +42,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK = 128       # query rows per program, keys per CSR block
-STAGES = 3        # K and V ring: 3 x 64 KB beside the 32 KB query block
+STAGES = 3        # V ring
+K_STAGES = 2      # K ring
+Q_BUFFERS = 2     # query blocks: the next tile's while this one's scores run and its o leaves
 LOG2E = gl.constexpr(1.4426950408889634)
 WS_CONSUMER_REGS = gl.constexpr(232)
 WS_PRODUCER_REGS = gl.constexpr(40)
@@ -62,31 +75,123 @@ def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
 
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, k_empty, v_empty, cols, base,
-                 q_start, n):
-    """TMA loads (the query block, then each key block's K and V as soon as both consumers are done
-    with the K or V of block i-STAGES), and each V block converted to fp16 in place once it has landed."""
-    STAGES: gl.constexpr = k_s.shape[0]
+def _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM: gl.constexpr):
+    """Work item ``tile``: (batch, head) after (batch, head), each one's query blocks from the last
+    (on a causal pattern the longest rows; first the padded ones past the sequence's end, which cost
+    nearly nothing) to the first. Needs no memory read to place a tile, so its query block's load is
+    one read (seq_len, beside the row's) after the tile is known. Returns (batch x head, first query
+    token, seq_len, first CSR entry, entries); entries is 0 for a padded tile or an empty row, and for
+    a tile past the last (no memory read)."""
+    valid = tile < n_tiles
+    bh = tile // NQB
+    qb = NQB - 1 - tile % NQB
+    seq_len = gl.load(seq_lens + bh // H, mask=valid, other=0)
+    row = row_ptr + bh * (NQB + 1) + qb
+    start = gl.load(row, mask=valid, other=0)
+    n = gl.load(row + 1, mask=valid, other=0) - start
+    return bh, qb * BM, seq_len, start, gl.where(qb * BM < seq_len, n, 0)
+
+
+@gluon.jit
+def _tile_info(values, layout: gl.constexpr):
+    """A tile's (batch x head, first query token, seq_len, CSR entries) as one small tensor, held whole
+    by every thread, for the query buffer's info slot; n < 0 says there are no more tiles."""
+    i = gl.arange(0, 4, layout=layout)
+    bh, q_start, seq_len, n = values
+    return gl.where(i == 0, bh, gl.where(i == 1, q_start, gl.where(i == 2, seq_len, n)))
+
+
+@gluon.jit
+def _publish(q_desc, q_buf, info_slot, q_bar, bh, q_start, seq_len, n, T_MAX):
+    """Hands a tile to the consumers: its place into the info slot and its query block into the buffer,
+    both behind q_bar (a padded tile or an empty row, n = 0, gets no query block: o = 0; n < 0 says
+    there are no more tiles)."""
+    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    info_slot.store(_tile_info((bh, q_start, seq_len, n), info_layout))
+    gl.thread_barrier()  # every thread's info store before the arrival that publishes it
+    if n > 0:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh * T_MAX + q_start, 0], q_bar, q_buf)
+    else:
+        mbarrier.arrive(q_bar, count=1)
+
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
+                 v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
+    """The scheduler and the TMA loads. Tiles are taken in order from a counter shared by the programs,
+    so a program slowed down, or dealt long rows, takes fewer. Per tile: its place into the info slot
+    of a free query buffer and its query block into that buffer (once both consumers' o store of the
+    tile that last used it has left), then each key block's K and V as soon as both consumers are
+    done with the K or V that held the slot; each V block converted to fp16 in place once it has
+    landed. Then an info slot saying "no more". The last program out sets the counter back to zero
+    for the next call."""
+    QBUF: gl.constexpr = q_s.shape[0]
+    KST: gl.constexpr = k_s.shape[0]
+    VST: gl.constexpr = v_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [base + q_start, 0], q_bar, q_s)
-    for i in range(n + 1):
-        if i < n:  # K once both consumers' scores of block i-STAGES are done, V once their P.V is
-            st = i % STAGES
-            row0 = base + gl.load(cols + i) * BN
-            mbarrier.wait(k_empty.index(st), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(k_bar.index(st), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(st), k_s.index(st))
-            mbarrier.wait(v_empty.index(st), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(v_bar.index(st), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(st), v_s.index(st))
-        if i > 0:  # block i-1's V, behind block i's loads
-            sj = (i - 1) % STAGES
-            mbarrier.wait(v_bar.index(sj), ((i - 1) // STAGES) & 1)
-            _v_to_fp16(v_s.index(sj), 4, 8)  # in 16-row pieces: the producer has few registers
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(v16_bar.index(sj), count=1)
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    NQB = T_MAX // BM
+    n_tiles = NQB * H * B
+    programs = gl.num_programs(0)
+    kv = 0
+    tiles = 0
+    # A program's first tile is dealt (its id), each next one taken from the counter once the current
+    # tile's first loads are out (the atomic waits for its answer; there the producer only waits for
+    # V), and that tile's row read then too, so neither latency falls between two tiles.
+    tile = gl.program_id(0)
+    cur = _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM)
+    col_next = 0
+    while tile < n_tiles:
+        taken = n_tiles  # both set at i == 0 below (the loop runs at least once)
+        nxt = cur
+        bh, q_start, seq_len, start, n = cur
+        base = bh * T_MAX
+        cols = col_idx + bh.to(gl.int64) * NNZ + start
+        if tiles > 0:  # (the first tile's went out in the kernel's prologue)
+            qi = tiles % QBUF
+            mbarrier.wait(q_empty.index(qi), ((tiles // QBUF) & 1) ^ 1)
+            _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), bh, q_start, seq_len, n, T_MAX)
+        if tiles == 0:  # the first tile's first block, read once its query block is on its way
+            col_next = gl.load(cols, mask=n > 0, other=0)
+        for i in range(n + 1):
+            if i < n:
+                j = kv + i
+                row0 = base + col_next * BN
+                col_next = gl.load(cols + i + 1, mask=i + 1 < n, other=0)
+                sk = j % KST
+                mbarrier.wait(k_empty.index(sk), ((j // KST) & 1) ^ 1)
+                mbarrier.expect(k_bar.index(sk), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [row0, 0], k_bar.index(sk), k_s.index(sk))
+                sv = j % VST
+                mbarrier.wait(v_empty.index(sv), ((j // VST) & 1) ^ 1)
+                mbarrier.expect(v_bar.index(sv), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(sv), v_s.index(sv))
+            if i == 0:
+                taken = programs + gl.atomic_add(counter, 1)
+                nxt = _tile(taken, n_tiles, row_ptr, seq_lens, H, NQB, BM)
+            if i == n - 1:  # the next tile's first block
+                col_next = gl.load(col_idx + nxt[0].to(gl.int64) * NNZ + nxt[3], mask=nxt[4] > 0, other=0)
+            if i > 0:  # block i-1's V, behind block i's loads
+                j = kv + i - 1
+                sv = j % VST
+                mbarrier.wait(v_bar.index(sv), (j // VST) & 1)
+                _v_to_fp16(v_s.index(sv), 4, 8)  # in 16-row pieces: the producer has few registers
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(v16_bar.index(sv), count=1)
+        if n == 0:
+            col_next = gl.load(col_idx + nxt[0].to(gl.int64) * NNZ + nxt[3], mask=nxt[4] > 0, other=0)
+        kv += n
+        tiles += 1
+        tile = taken
+        cur = nxt
+    qi = tiles % QBUF
+    mbarrier.wait(q_empty.index(qi), ((tiles // QBUF) & 1) ^ 1)
+    _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), 0, 0, 0, -1, T_MAX)  # no more tiles
+    if gl.atomic_add(counter + 1, 1) == programs - 1:  # every program has taken its last tile
+        gl.atomic_xchg(counter, 0)
+        gl.atomic_xchg(counter + 1, 0)
 
 
 @gluon.jit
@@ -111,118 +216,157 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
 
 
 @gluon.jit
-def _ws_consumer(q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
-                 base, q_start, seq_len, n, qk_scale, WG: gl.constexpr):
-    """64 query rows: per key block, its scores and the previous block's P.V issued in this warpgroup's
-    turn, then its softmax while the other warpgroup's MMAs run."""
-    STAGES: gl.constexpr = k_s.shape[0]
+def _ws_consumer(q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar, o_ptr,
+                 lse_ptr, T_MAX, qk_scale, WG: gl.constexpr):
+    """64 query rows of each tile the producer hands over (its info slot, beside its query block):
+    per key block, its scores and the previous block's P.V issued in this warpgroup's turn, then its
+    softmax while the other warpgroup's MMAs run. lse goes out from registers, o through the tile's
+    query buffer and a TMA store; the buffer is handed back to the producer at the next tile, once
+    that store has read it."""
+    QBUF: gl.constexpr = q_s.shape[0]
+    KST: gl.constexpr = k_s.shape[0]
+    VST: gl.constexpr = v_s.shape[0]
     BN: gl.constexpr = k_s.shape[1]
     D: gl.constexpr = k_s.shape[2]
-    BM: gl.constexpr = o_desc.block_type.shape[0]
+    BM: gl.constexpr = q_s.shape[1] // 2
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    q_mine = q_s.slice(WG * BM, BM)
-    m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
-    l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
-    acc = gl.zeros([BM, D], gl.float32, layout=mma)
+    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    info_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
     s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
-    mbarrier.wait(q_bar, 0)
-    # Block 0: scores only.
-    mbarrier.wait(k_bar.index(0), 0)
-    _ws_turn(turn_bar, WG, 0)
-    s_tok = warpgroup_mma(q_mine, k_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(turn_bar.index(1 - WG), count=1)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, n == 1, p_op, WG)
-    for t in range(1, n):  # block t's scores and block t-1's P.V in one turn
-        st = t % STAGES
-        sp = (t - 1) % STAGES
-        mbarrier.wait(k_bar.index(st), (t // STAGES) & 1)
-        mbarrier.wait(v16_bar.index(sp), ((t - 1) // STAGES) & 1)
-        _ws_turn(turn_bar, WG, t)
-        s_tok = warpgroup_mma(q_mine, k_s.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        v16 = v_s.index(sp)._reinterpret(gl.float16, [BN, D], v_s.layout)
-        acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
-        mbarrier.arrive(turn_bar.index(1 - WG), count=1)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # the scores; P.V runs on under the softmax
-        mbarrier.arrive(k_empty.index(st), count=1)  # this warpgroup is done with block t's K
-        p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, t == n - 1, p_op, WG)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-        mbarrier.arrive(v_empty.index(sp), count=1)  # and with block t-1's V
-        acc = acc * alpha[:, None]
-    # The last block's P.V.
-    sp = (n - 1) % STAGES
-    mbarrier.wait(v16_bar.index(sp), ((n - 1) // STAGES) & 1)
-    _ws_turn(turn_bar, WG, n)
-    v16 = v_s.index(sp)._reinterpret(gl.float16, [BN, D], v_s.layout)
-    acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
-    mbarrier.arrive(turn_bar.index(1 - WG), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-    mbarrier.arrive(v_empty.index(sp), count=1)
+    field = gl.arange(0, 4, layout=info_layout)
+    z_rows = WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
+    z_cols = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
+    kv = 0
+    turns = 0
+    tiles = 0
+    pending = 0  # the last tile's o store still reading its query buffer
+    mbarrier.wait(q_bar.index(0), 0)
+    info = info_s.index(0).load(info_layout)
+    n = gl.sum(gl.where(field == 3, info, 0), 0)
+    while n >= 0:
+        qi = tiles % QBUF
+        bh = gl.sum(gl.where(field == 0, info, 0), 0)
+        q_start = gl.sum(gl.where(field == 1, info, 0), 0)
+        seq_len = gl.sum(gl.where(field == 2, info, 0), 0)
+        base = bh * T_MAX
+        if pending:  # the last tile's o has left its query buffer: the buffer may refill
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty.index((tiles - 1) % QBUF), count=1)
+            pending = 0
+        if n == 0:  # a padded tile or an empty row: o = 0, lse = -inf
+            mbarrier.arrive(q_empty.index(qi), count=1)
+            rows = base + q_start + z_rows
+            gl.store(o_ptr + rows[:, None].to(gl.int64) * D + z_cols[None, :], gl.zeros([BM, D], gl.bfloat16, layout=zl))
+            gl.store(lse_ptr + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
+        else:
+            q_mine = q_s.index(qi).slice(WG * BM, BM)
+            m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, mma))
+            l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, mma))
+            acc = gl.zeros([BM, D], gl.float32, layout=mma)
+            # Block 0: scores only.
+            sk = kv % KST
+            mbarrier.wait(k_bar.index(sk), (kv // KST) & 1)
+            _ws_turn(turn_bar, WG, turns)
+            s_tok = warpgroup_mma(q_mine, k_s.index(sk).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+            mbarrier.arrive(k_empty.index(sk), count=1)
+            p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, n == 1, p_op, WG)
+            for t in range(1, n):  # block t's scores and block t-1's P.V in one turn
+                j = kv + t
+                sk = j % KST
+                sv = (j - 1) % VST
+                mbarrier.wait(k_bar.index(sk), (j // KST) & 1)
+                mbarrier.wait(v16_bar.index(sv), ((j - 1) // VST) & 1)
+                _ws_turn(turn_bar, WG, turns + t)
+                s_tok = warpgroup_mma(q_mine, k_s.index(sk).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                v16 = v_s.index(sv)._reinterpret(gl.float16, [BN, D], v_s.layout)
+                acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+                mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # the scores; P.V runs on under the softmax
+                mbarrier.arrive(k_empty.index(sk), count=1)  # this warpgroup is done with block t's K
+                p, alpha, m_i, l_i = _ws_softmax(s, m_i, l_i, qk_scale, t == n - 1, p_op, WG)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+                mbarrier.arrive(v_empty.index(sv), count=1)  # and with block t-1's V
+                acc = acc * alpha[:, None]
+            # The last block's P.V.
+            j = kv + n - 1
+            sv = j % VST
+            mbarrier.wait(v16_bar.index(sv), (j // VST) & 1)
+            _ws_turn(turn_bar, WG, turns + n)
+            v16 = v_s.index(sv)._reinterpret(gl.float16, [BN, D], v_s.layout)
+            acc_tok = warpgroup_mma(p, v16, acc, is_async=True)
+            mbarrier.arrive(turn_bar.index(1 - WG), count=1)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+            mbarrier.arrive(v_empty.index(sv), count=1)
 
-    # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store.
-    q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
-    live = q_rows < seq_len
-    gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
-    q_mine.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
-    fence_async_shared()
-    gl.thread_barrier()
-    tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)
+            q_rows = q_start + WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))
+            live = q_rows < seq_len
+            gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
+            # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store,
+            # waited for at the next tile
+            q_mine.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
+            fence_async_shared()
+            gl.thread_barrier()
+            tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)
+            pending = 1
+            kv += n
+            turns += n + 1
+        tiles += 1
+        qi = tiles % QBUF
+        mbarrier.wait(q_bar.index(qi), (tiles // QBUF) & 1)
+        info = info_s.index(qi).load(info_layout)
+        n = gl.sum(gl.where(field == 3, info, 0), 0)
     tma.store_wait(0)
 
 
-@gluon.jit(do_not_specialize=["H", "NNZ"])
-def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, H, NNZ, T_MAX, qk_scale,
-                STAGES: gl.constexpr, num_warps: gl.constexpr):
+@gluon.jit(do_not_specialize=["H", "B", "NNZ"])
+def _bsa_fwd_ws(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX,
+                qk_scale, STAGES: gl.constexpr, K_STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
+    """Persistent: each program takes tiles (query block, batch x head) from ``counter`` until none are
+    left, so the next tile's loads run under the current tile's last MMAs and its store. Shared memory:
+    Q_BUFFERS query blocks (each with its tile's info slot), a K ring of K_STAGES and a V ring of
+    STAGES blocks, 32 KB each. ``counter``: two int32 zeros, left at zero."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    qb = gl.program_id(0)
-    bh = gl.program_id(1)
-    seq_len = gl.load(seq_lens + bh // H)
-    row = row_ptr + bh * (T_MAX // BM + 1) + qb
-    start = gl.load(row)
-    n = gl.load(row + 1) - start
-    q_start = qb * BM
-    base = bh * T_MAX
-    if (q_start >= seq_len) | (n <= 0):
-        zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-        rows = q_start + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
-        cols_d = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
-        gl.store(o_ptr + (base + rows)[:, None].to(gl.int64) * D + cols_d[None, :],
-                 gl.zeros([BM, D], gl.bfloat16, layout=zl))
-        gl.store(lse_ptr + base + rows, gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
-    else:
-        q_s = gl.allocate_shared_memory(gl.bfloat16, [BM, D], q_desc.layout)
-        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], k_desc.layout)
-        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v16_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        turn_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_bar.index(i), count=1)
-            mbarrier.init(v_bar.index(i), count=1)
-            mbarrier.init(v16_bar.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
-            mbarrier.init(v_empty.index(i), count=2)
-        for i in gl.static_range(2):
-            mbarrier.init(turn_bar.index(i), count=1)
-        fence_async_shared()
-        cols = col_idx + bh.to(gl.int64) * NNZ + start
-        gl.warp_specialize([
-            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
-                            base, q_start, seq_len, n, qk_scale, 0)),
-            (_ws_consumer, (q_s, k_s, v_s, o_desc, q_bar, k_bar, v16_bar, k_empty, v_empty, turn_bar, lse_ptr,
-                            base, q_start, seq_len, n, qk_scale, 1)),
-            (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, q_bar, k_bar, v_bar, v16_bar, k_empty, v_empty, cols,
-                            base, q_start, n)),
-        ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [Q_BUFFERS, BM, D], q_desc.layout)
+    info_s = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [K_STAGES, BN, D], k_desc.layout)
+    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v16_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=2)  # one arrival per consumer
+    for i in gl.static_range(K_STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(v_bar.index(i), count=1)
+        mbarrier.init(v16_bar.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(turn_bar.index(i), count=1)
+    fence_async_shared()
+    # The first tile's query block goes out here, before the partitions start (~0.5 us sooner).
+    bh, q_start, seq_len, start, n = _tile(gl.program_id(0), (T_MAX // BM) * H * B, row_ptr, seq_lens, H, T_MAX // BM, BM)
+    _publish(q_desc, q_s.index(0), info_s.index(0), q_bar.index(0), bh, q_start, seq_len, n, T_MAX)
+    gl.warp_specialize([
+        (_ws_consumer, (q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar,
+                        o_ptr, lse_ptr, T_MAX, qk_scale, 0)),
+        (_ws_consumer, (q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, k_empty, v_empty, turn_bar,
+                        o_ptr, lse_ptr, T_MAX, qk_scale, 1)),
+        (_ws_producer, (q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
+                        v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX)),
+    ], [4, 4], [WS_CONSUMER_REGS, WS_PRODUCER_REGS])
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -246,29 +390,47 @@ def _descriptor(t: torch.Tensor, block_rows: int = BLOCK) -> TensorDescriptor:
     return TensorDescriptor(t, [t.numel() // d, d], [d, 1], [block_rows, d], layout)
 
 
-N_RUNTIME_ARGS = 13  # the kernel's arguments before the constexprs
+N_RUNTIME_ARGS = 15  # the kernel's arguments before the constexprs
+_SMS = {}
+_COUNTERS = {}
+
+
+def tile_counter(device) -> torch.Tensor:
+    """The tile counter of the calls on this device and stream: two int32 zeros, which every launch
+    leaves at zero (its last program resets them). One per stream, so that calls on two streams at
+    once never share one."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    found = _COUNTERS.get(key)
+    if found is None:
+        found = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return found
 
 
 def grid(q) -> tuple:
+    """One program per SM (fewer where there are fewer tiles): the kernel is persistent."""
     B, H, T, D = q.shape
-    return (T // BLOCK, B * H)
+    sms = _SMS.get(q.device)
+    if sms is None:
+        sms = _SMS[q.device] = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return (min(sms, (T // BLOCK) * B * H), 1)
 
 
 def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
-    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch.
-    o leaves in 64-row blocks, one per consumer warpgroup."""
+    """The kernel's arguments, runtime ones then constexprs (STAGES, num_warps), for a direct launch."""
     return (_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(o, BLOCK // 2),
             *other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages))
 
 
 def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
-    """The arguments after the four descriptors."""
-    return (o, lse, row_ptr, col_idx, seq_lens, q.shape[1], col_idx.shape[-1], q.shape[2], qk_scale, stages, 4)
+    """The arguments after the three descriptors."""
+    B, H, T, D = q.shape
+    return (o, lse, row_ptr, col_idx, seq_lens, tile_counter(q.device), H, B, col_idx.shape[-1], T, qk_scale,
+            stages, K_STAGES, Q_BUFFERS, 4)
 
 
 class DirectLauncher:
     """Launches a compiled kernel through the raw C launcher under Triton's Python one, with the
-    four TMA descriptors (q, k, v, o) encoded once per address instead of on every call.
+    TMA descriptors (q, k, v) encoded once per address instead of on every call.
 
     Per call Triton 3.6 builds a TensorDescriptor object per tensor and its launcher encodes each
     (cuTensorMapEncodeTiled) before the launch: in the original's native protocol, where every
@@ -280,12 +442,13 @@ class DirectLauncher:
     they differ (another Triton), and the caller keeps the ordinary launch."""
 
     CACHE = 64
+    N_DESCRIPTORS = 4
 
     def __init__(self, kernel, n_args: int, fill, dtype_to_host):
         run = kernel.run
         cells = dict(zip(run.launch.__code__.co_freevars, (c.cell_contents for c in run.launch.__closure__)))
         self.raw, self.meta = cells["launcher"], cells["tensordesc_meta"]
-        if (len(self.meta) != 4 or any(m is None for m in self.meta) or run.global_scratch_size
+        if (len(self.meta) != self.N_DESCRIPTORS or any(m is None for m in self.meta) or run.global_scratch_size
                 or run.profile_scratch_size or run.launch_cooperative_grid):
             raise TypeError("not the launcher this was written for")
         self.base = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
@@ -314,15 +477,15 @@ class DirectLauncher:
         return found
 
     def __call__(self, grid, stream, q, k, v, o, rest: tuple) -> None:
-        """``rest``: the arguments after the four descriptors (as ``arguments`` gives them)."""
+        """``rest``: the arguments after the descriptors (as ``other_arguments`` gives them)."""
         args = [*self._map(q, self.meta[0]), *self._map(k, self.meta[1]), *self._map(v, self.meta[2]),
                 *self._map(o, self.meta[3]), *rest]
-        self.raw(grid[0], grid[1], 1, stream, *self.base, *args[:self.n_args + 4 * 4])
+        self.raw(grid[0], grid[1], 1, stream, *self.base, *args[:self.n_args + 4 * self.N_DESCRIPTORS])
 
 
 def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):
-    """Runs the kernel over (query blocks, batch x heads) through Triton's JIT and returns the compiled
-    kernel; q, k, v, o contiguous (B, H, T, 128) bf16. 4 warps per partition, 12 in all: at 168
-    registers each they fill the register file, and the partitions then rebalance them."""
+    """Runs the kernel (one program per SM) through Triton's JIT and returns the compiled kernel;
+    q, k, v, o contiguous (B, H, T, 128) bf16. 4 warps per partition, 12 in all: at 168 registers
+    each they fill the register file, and the partitions then rebalance them."""
     args = arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale, stages)[:N_RUNTIME_ARGS]
-    return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, num_warps=4, maxnreg=168)
+    return _bsa_fwd_ws[grid(q)](*args, STAGES=stages, K_STAGES=K_STAGES, Q_BUFFERS=Q_BUFFERS, num_warps=4, maxnreg=168)

@@ -1,7 +1,7 @@
 """Block-sparse causal attention forward (attention-kernel challenge contract).
 
-On a Hopper GPU the call runs the Gluon kernel of bsa_gluon.py (warp-specialised: a TMA
-producer, two consumer warpgroups in ping-pong; docs/benchmarks-block_sparse_attn.md); the
+On a Hopper GPU the call runs the Gluon kernel of bsa_gluon.py (persistent and warp-specialised:
+a TMA producer, two consumer warpgroups in ping-pong; docs/benchmarks-block_sparse_attn.md); the
 Triton kernel below runs everywhere else (the interpreter, other GPUs, other shapes). Both
 compute the same numbers.
 
@@ -194,10 +194,10 @@ REVERSE = False
 # (254 registers by default) and kbench compare said FASTER on every full case, geomean 0.983
 # (0.973-0.993), 8 processes a side (H100, 2026-11-23; docs/benchmarks-block_sparse_attn.md).
 MAXNREG = 232
-# On a Hopper GPU, the Gluon kernel of bsa_gluon.py (warp-specialised: TMA producer, ping-pong consumers);
+# On a Hopper GPU, the Gluon kernel of bsa_gluon.py (persistent, warp-specialised: TMA producer, ping-pong consumers);
 # the Triton kernel above everywhere else (the interpreter, other GPUs, other shapes).
 GLUON = True
-GLUON_STAGES = 3  # its K/V ring (3 x 64 KB beside the 32 KB query block)
+GLUON_STAGES = 3  # its V ring (3 x 32 KB beside a K ring of 2 and two 32 KB query buffers)
 
 
 def _interpreted() -> bool:
