@@ -69,7 +69,9 @@ def test_exploit_gets_a_failing_status(fixture, status, reason):
     case = result["cases"][0]
     assert (case["status"], case["latency_ms"]) == (status, None), case["reason"]
     assert reason in case["reason"] and "\n" not in case["reason"]
-    assert "1000" not in case["reason"]  # nothing the submission printed reaches the verdict
+    # nothing the submission printed reaches the verdict: the forging fixtures print "PASSED ... speedup
+    # ... 1000"; a bare "1000" can be a fresh timed seed in the reason (seed 1000311142 was)
+    assert not any(printed in case["reason"] for printed in ("PASSED", "speedup", "1000x", "1000.0"))
     assert caught(result)
 
 
