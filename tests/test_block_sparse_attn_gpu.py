@@ -56,10 +56,10 @@ def test_gluon_kernel_runs_on_hopper():
         contract.unload(entry)
 
 
-def test_cached_descriptors_give_the_ordinary_launchs_outputs():
-    """The Gluon kernel's direct launcher (TMA descriptors cached by address) against the ordinary
-    launch, bit for bit, over shapes that change between calls: a tensor at an address seen before
-    with another shape must get its own descriptor, never the cached one."""
+@pytest.fixture
+def on_hopper():
+    """The bundled submission through the contract on a Hopper GPU, set up for the smoke and quick
+    cases: (task, contract, entry, the submission's module, cases); unloaded afterwards."""
     import torch
 
     if torch.cuda.get_device_capability()[0] != 9:
@@ -67,10 +67,22 @@ def test_cached_descriptors_give_the_ordinary_launchs_outputs():
     task = load_module(REF / "task.py", "_kbench_task_block_sparse_attn")
     contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
     entry = contract.load(ROOT / "submissions" / "block_sparse_attn")
-    sub = sys.modules[entry.fn.__module__]
     try:
         cases = SUITES["smoke"]["cases"] + SUITES["quick"]["cases"]
         contract.setup(entry, cases, "cuda")
+        yield task, contract, entry, sys.modules[entry.fn.__module__], cases
+    finally:
+        contract.unload(entry)
+
+
+def test_cached_descriptors_give_the_ordinary_launchs_outputs(on_hopper):
+    """The Gluon kernel's direct launcher (TMA descriptors cached by address) against the ordinary
+    launch, bit for bit, over shapes that change between calls: a tensor at an address seen before
+    with another shape must get its own descriptor, never the cached one."""
+    import torch
+
+    task, contract, entry, sub, cases = on_hopper
+    try:
         outputs = {}
         for direct in (False, True):
             sub.DIRECT_DESCRIPTORS = direct
@@ -88,38 +100,27 @@ def test_cached_descriptors_give_the_ordinary_launchs_outputs():
                 assert torch.equal(a, b), f"{name}: outputs differ with cached descriptors"
     finally:
         sub.DIRECT_DESCRIPTORS = True
-        contract.unload(entry)
 
 
-def test_persistent_kernels_tile_counter_is_back_at_zero():
+def test_persistent_kernels_tile_counter_is_back_at_zero(on_hopper):
     """The Gluon kernel's programs take tiles from a counter in device memory, one per stream, that
     every launch must leave at zero (its last program resets it); a counter left behind would make
     the next call on that stream skip tiles. Calls of several shapes, three in a row on the default
     stream and on a second one: the same bits every call, and every counter at zero afterwards."""
     import torch
 
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("the Gluon kernel is for Hopper (sm_90)")
-    task = load_module(REF / "task.py", "_kbench_task_block_sparse_attn")
-    contract = load_module(REF / "contract.py", "_kbench_contract_block_sparse_attn")
-    entry = contract.load(ROOT / "submissions" / "block_sparse_attn")
-    sub = sys.modules[entry.fn.__module__]
-    try:
-        cases = SUITES["smoke"]["cases"] + SUITES["quick"]["cases"]
-        contract.setup(entry, cases, "cuda")
-        side = torch.cuda.Stream()
-        for case in cases:
-            inputs = task.generate(dict(case, seed=case["seed"]), "cuda")
+    task, contract, entry, sub, cases = on_hopper
+    side = torch.cuda.Stream()
+    for case in cases:
+        inputs = task.generate(dict(case, seed=case["seed"]), "cuda")
+        torch.cuda.synchronize()
+        for stream in (torch.cuda.current_stream(), side):
+            with torch.cuda.stream(stream):
+                outs = [[t.clone() for t in contract.call(entry, inputs)] for _ in range(3)]
             torch.cuda.synchronize()
-            for stream in (torch.cuda.current_stream(), side):
-                with torch.cuda.stream(stream):
-                    outs = [[t.clone() for t in contract.call(entry, inputs)] for _ in range(3)]
-                torch.cuda.synchronize()
-                for later in outs[1:]:
-                    assert all(torch.equal(a, b) for a, b in zip(outs[0], later)), f"{case['name']}: calls differ"
-        counters = sub._gluon._COUNTERS
-        assert len(counters) == 2, f"expected a counter per stream, found {len(counters)}"
-        for key, counter in counters.items():
-            assert counter.tolist() == [0, 0], f"counter {key} left at {counter.tolist()}"
-    finally:
-        contract.unload(entry)
+            for later in outs[1:]:
+                assert all(torch.equal(a, b) for a, b in zip(outs[0], later)), f"{case['name']}: calls differ"
+    counters = sub._gluon._COUNTERS
+    assert len(counters) == 2, f"expected a counter per stream, found {len(counters)}"
+    for key, counter in counters.items():
+        assert counter.tolist() == [0, 0], f"counter {key} left at {counter.tolist()}"

@@ -140,7 +140,7 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     # tile's first loads are out (the atomic waits for its answer; there the producer only waits for
     # V), and that tile's row read then too, so neither latency falls between two tiles.
     tile = gl.program_id(0)
-    cur = _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM)
+    cur = _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM)  # read again (the prologue's stays there), from L2
     col_next = 0
     while tile < n_tiles:
         taken = n_tiles  # both set at i == 0 below (the loop runs at least once)
@@ -422,7 +422,7 @@ def arguments(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stag
 
 
 def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int) -> tuple:
-    """The arguments after the three descriptors."""
+    """The arguments after the four descriptors (q, k, v, o)."""
     B, H, T, D = q.shape
     return (o, lse, row_ptr, col_idx, seq_lens, tile_counter(q.device), H, B, col_idx.shape[-1], T, qk_scale,
             stages, K_STAGES, Q_BUFFERS, 4)
@@ -430,7 +430,7 @@ def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stag
 
 class DirectLauncher:
     """Launches a compiled kernel through the raw C launcher under Triton's Python one, with the
-    TMA descriptors (q, k, v) encoded once per address instead of on every call.
+    TMA descriptors (q, k, v, o) encoded once per address instead of on every call.
 
     Per call Triton 3.6 builds a TensorDescriptor object per tensor and its launcher encodes each
     (cuTensorMapEncodeTiled) before the launch: in the original's native protocol, where every
