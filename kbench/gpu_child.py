@@ -1,14 +1,18 @@
 """A per-GPU child of ``kbench eval --gpus``: runs the units its parent sends, one at a time, on
 the one device it sees (CUDA_VISIBLE_DEVICES), and streams each case's record back as it ends.
 
-Protocol, JSON lines. In, on stdin: ``{"task", "submission", "cases", "spec"}`` per unit; EOF
+Protocol, JSON lines. In, on stdin: ``{"task", "submission", "cases", "spec", "more"}`` per unit; EOF
 ends the child. Out, on the stdout it was started with (its own prints go to stderr): first
 ``{"hello": calibration}``, then per unit ``{"case": record}`` per case and ``{"done": meta}``,
 or ``{"fatal": message}`` when a unit cannot run at all (a usage error). A record streamed
 is a record kept: the parent merges what came back if the child dies mid-unit.
 
-Started as ``python -m kbench.gpu_child DEVICE WORKERS``: WORKERS worker processes are started
-before torch is imported here (kbench/spare_workers.py), as the ``kbench`` command does.
+Started as ``python -m kbench.gpu_child DEVICE WORKERS``: WORKERS worker processes (one unit's)
+are started before torch is imported here (kbench/spare_workers.py), as the ``kbench`` command
+does; the next unit's are started once the current unit's first case has ended (its own workers
+are up by then, and do not share the host with 2 x WORKERS imports), when the parent says more
+units are queued (``"more"``), so no spare is left importing after the last unit
+(docs/scale-out.md).
 """
 from __future__ import annotations
 
@@ -29,23 +33,27 @@ def main() -> None:
         out.flush()
 
     device, workers = sys.argv[1], int(sys.argv[2])
-    # On a GPU the next unit's workers import torch while this one runs.
-    warm = workers * (2 if device == "cuda" else 1)
-    spare_workers.prestart(warm)
+    spare_workers.prestart(workers)
     from .errors import KbenchError
     from .unit import calibration, run_unit
 
     send({"hello": calibration(device)})
     for line in sys.stdin:
         unit = json.loads(line)
+        warm_next = [bool(unit.get("more"))]
+
+        def on_case(record: dict) -> None:
+            send({"case": record})
+            if warm_next[0]:   # this unit's workers are up: the next unit's import torch meanwhile
+                warm_next[0] = False
+                spare_workers.keep_warm(workers)
+
         try:
-            meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"],
-                            on_case=lambda record: send({"case": record}))
+            meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"], on_case=on_case)
         except KbenchError as exc:
             send({"fatal": str(exc)})
             continue
         send({"done": {k: v for k, v in meta.items() if k != "cases"}})
-        spare_workers.keep_warm(warm)
     interrupts.exit(0)
 
 

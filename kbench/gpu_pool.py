@@ -57,7 +57,7 @@ def run_on_slots(task: Task, submissions: list[Path], opts: Options, slots: list
             unit = queue.popleft()
             child.unit = unit
             if child.send({"task": task.name, "submission": str(submissions[unit.submission]),
-                           "cases": unit.cases, "spec": spec}):
+                           "cases": unit.cases, "spec": spec, "more": bool(queue)}):
                 return
             queue.appendleft(unit)   # it died: its EOF is read next
             child.unit = None
