@@ -21,6 +21,22 @@ import os
 import sys
 
 
+def case_sender(send, more: bool, workers: int):
+    """A unit's ``on_case``: each record sent back as it ends; after the first, when ``more`` units
+    are queued, the next unit's ``workers`` are started (this unit's are up by then), once."""
+    from . import spare_workers
+
+    pending = [more]
+
+    def on_case(record: dict) -> None:
+        send({"case": record})
+        if pending[0]:
+            pending[0] = False
+            spare_workers.keep_warm(workers)
+
+    return on_case
+
+
 def main() -> None:
     from . import interrupts, spare_workers
 
@@ -40,16 +56,9 @@ def main() -> None:
     send({"hello": calibration(device)})
     for line in sys.stdin:
         unit = json.loads(line)
-        warm_next = [bool(unit.get("more"))]
-
-        def on_case(record: dict) -> None:
-            send({"case": record})
-            if warm_next[0]:   # this unit's workers are up: the next unit's import torch meanwhile
-                warm_next[0] = False
-                spare_workers.keep_warm(workers)
-
         try:
-            meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"], on_case=on_case)
+            meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"],
+                            on_case=case_sender(send, bool(unit.get("more")), workers))
         except KbenchError as exc:
             send({"fatal": str(exc)})
             continue

@@ -52,12 +52,15 @@ def run_on_slots(task: Task, submissions: list[Path], opts: Options, slots: list
             child.stop(signal.SIGTERM, wait=5.0)
         return tally.missing()
 
-    def give(child: Child) -> None:
+    def give(child: Child, ahead: int = 0) -> None:
+        """The next unit to ``child``; ``ahead``: children after it still to get their first unit
+        (the unit's "more": whether a unit is left for this child afterwards, so it starts the
+        next unit's workers early, kbench/gpu_child.py)."""
         while queue:
             unit = queue.popleft()
             child.unit = unit
             if child.send({"task": task.name, "submission": str(submissions[unit.submission]),
-                           "cases": unit.cases, "spec": spec, "more": bool(queue)}):
+                           "cases": unit.cases, "spec": spec, "more": len(queue) > ahead}):
                 return
             queue.appendleft(unit)   # it died: its EOF is read next
             child.unit = None
@@ -79,8 +82,8 @@ def run_on_slots(task: Task, submissions: list[Path], opts: Options, slots: list
     interrupts.on_interrupt(last_words)
     fatal = None
     try:
-        for child in children:
-            give(child)
+        for i, child in enumerate(children):
+            give(child, ahead=len(children) - 1 - i)
         while any(c.unit is not None for c in children) or (queue and any(c.alive for c in children)):
             for child in children:
                 if child.alive and child.unit is None and queue:

@@ -162,6 +162,41 @@ def test_device_lost_mid_run_retried_elsewhere():
     assert run["summary"]["lost"] == 0 and exit_code(run, None) == 1
 
 
+def test_child_starts_the_next_units_workers_once_after_the_first_case(monkeypatch):
+    from kbench import gpu_child, spare_workers
+
+    warmed, sent = [], []
+    monkeypatch.setattr(spare_workers, "keep_warm", warmed.append)
+    on_case = gpu_child.case_sender(sent.append, True, 16)
+    on_case({"case": "a"})
+    assert warmed == [16]
+    on_case({"case": "b"})
+    assert sent == [{"case": {"case": "a"}}, {"case": {"case": "b"}}] and warmed == [16]
+    gpu_child.case_sender(sent.append, False, 16)({"case": "c"})
+    assert warmed == [16] and sent[-1] == {"case": {"case": "c"}}
+
+
+def test_units_say_whether_more_follow_for_their_child(monkeypatch):
+    """Two submissions on one child: the first unit says more follow (its child starts the next
+    unit's workers early), the last does not; both come back whole. On two children neither unit
+    has a successor on its child."""
+    told = []
+    send = gpu_slots.Child.send
+
+    def recording(self, message):
+        told.append((message["submission"], message["more"]))
+        return send(self, message)
+
+    monkeypatch.setattr(gpu_slots.Child, "send", recording)
+    runs = run_on_slots(get_task("qknorm"), [GOOD, FAILS_ONE], cpu_options(), [("cpu:0", {})])
+    assert told == [(str(GOOD), True), (str(FAILS_ONE), False)]
+    assert [statuses(r) for r in runs] == [{c: "passed" for c in SMOKE},
+                                           {c: ("error" if c == "b2_q3_kv1_d256_bf16" else "passed") for c in SMOKE}]
+    told.clear()
+    run_on_slots(get_task("qknorm"), [GOOD, FAILS_ONE], cpu_options(), [("cpu:0", {}), ("cpu:1", {})])
+    assert sorted(told) == [(str(GOOD), False), (str(FAILS_ONE), False)]
+
+
 @pytest.fixture
 def ray_cluster():
     ray = pytest.importorskip("ray")
