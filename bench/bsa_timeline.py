@@ -16,7 +16,6 @@ Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import sys
 import tempfile
@@ -107,13 +106,12 @@ def main() -> int:
     import numpy as np
     import torch
 
+    from kbench.loader import load_module
     from kbench.tasks import get_task
 
-    folder = Path(tempfile.mkdtemp(prefix="bsa-timeline-"))
-    (folder / "bsa_timeline_kernel.py").write_text(stamped((Path(args.dir) / "bsa_gluon.py").read_text()))
-    spec = importlib.util.spec_from_file_location("bsa_timeline_kernel", folder / "bsa_timeline_kernel.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    kernel = Path(tempfile.mkdtemp(prefix="bsa-timeline-")) / "bsa_timeline_kernel.py"
+    kernel.write_text(stamped((Path(args.dir) / "bsa_gluon.py").read_text()))
+    mod = load_module(kernel, "bsa_timeline_kernel")
     task = get_task("block_sparse_attn")
     cases = {c.name: c for suite in task.suites.values() for c in suite.cases}
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")

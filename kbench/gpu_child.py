@@ -10,8 +10,8 @@ is a record kept: the parent merges what came back if the child dies mid-unit.
 Started as ``python -m kbench.gpu_child DEVICE WORKERS``: WORKERS worker processes (one unit's)
 are started before torch is imported here (kbench/spare_workers.py), as the ``kbench`` command
 does; the next unit's are started once the current unit's first case has ended (its own workers
-are up by then, and do not share the host with 2 x WORKERS imports), when the parent says more
-units are queued (``"more"``), so no spare is left importing after the last unit
+are up by then, and do not share the host with 2 x WORKERS imports), when the parent says a unit
+is left for this child (``"more"``), so no spare is left importing after the last unit
 (docs/scale-out.md).
 """
 from __future__ import annotations
@@ -22,16 +22,15 @@ import sys
 
 
 def case_sender(send, more: bool, workers: int):
-    """A unit's ``on_case``: each record sent back as it ends; after the first, when ``more`` units
-    are queued, the next unit's ``workers`` are started (this unit's are up by then), once."""
+    """A unit's ``on_case``: each record sent back as it ends; after the first, when ``more`` (a unit
+    is left for this child), the next unit's ``workers`` are started (this unit's are up by then)."""
     from . import spare_workers
 
-    pending = [more]
-
     def on_case(record: dict) -> None:
+        nonlocal more
         send({"case": record})
-        if pending[0]:
-            pending[0] = False
+        if more:
+            more = False
             spare_workers.keep_warm(workers)
 
     return on_case
