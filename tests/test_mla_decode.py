@@ -316,6 +316,26 @@ def test_rope_pass_gives_the_same_attention_in_the_interpreter():
     assert _run_interpreted(ROPE_PASS_SAME).split() == ["True"]
 
 
+VALUES_TO_ROWS = f"""
+import importlib.util, torch
+s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
+sol = importlib.util.module_from_spec(s); s.loader.exec_module(sol)
+torch.manual_seed(0)
+for bs, H, R, vd in ((3, 4, 64, 32), (1, 2, 64, 16), (20, 3, 256, 128), (2, 2, 64, 24)):
+    o = torch.randn(bs, H, R).bfloat16()
+    w_uv = torch.randn(H, vd, R).bfloat16()
+    want = torch.bmm(o.transpose(0, 1).float(), w_uv.transpose(1, 2).float()).bfloat16().transpose(0, 1).reshape(bs, H * vd)
+    got = sol.values_to_rows(o, w_uv)
+    print(tuple(got.shape) == (bs, H * vd), ((got.float() - want.float()).abs().max() / want.float().abs().max()).item() < 1e-2)
+"""
+
+
+def test_values_to_rows_is_the_per_head_product_in_wo_layout():
+    # The W_uv product written straight into the (bs, H * vd) rows of the output projection: the
+    # Triton kernel (vd 32, 16, 128; a batch of 20 past one 16-row block) and the bmm fallback (vd 24).
+    assert _run_interpreted(VALUES_TO_ROWS).split() == ["True"] * 8
+
+
 SPLITS_ON_AN_H100 = f"""
 import importlib.util, torch
 s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
