@@ -57,12 +57,13 @@ def steps(kernel, inputs: dict, prepare) -> dict:
         "attention kernel": (
             {"q_lat": q_lat, "q": q, "kv": cache.data},
             lambda a: (kernel.mla_attention(a["q_lat"], a["q"], a["kv"], kv_len, nope, 1.0 / math.sqrt(nope + rope)),)),
-        "W_uv bmm + wo": (
+        "W_uv product into wo's rows": (
+            {"o": o, "w": w}, lambda a: (kernel.values_to_rows(a["o"], a["w"][:, nope:]),)),
+        "W_uv product + wo": (
             {"o": o, "w": w, "wo": config.wo_weight},
-            lambda a: (torch.bmm(a["o"].transpose(0, 1), a["w"][:, nope:].transpose(1, 2)).transpose(0, 1)
-                       .reshape(bs, H * vd) @ a["wo"].t(),)),
-        "wo alone": (
-            {"v": o.new_empty(bs, H * vd).normal_(), "wo": config.wo_weight}, lambda a: (a["v"] @ a["wo"].t(),)),
+            lambda a: (torch.mm(a["wo"], kernel.values_to_rows(a["o"], a["w"][:, nope:]).t()).t(),)),
+        "wo alone (y^T = wo . rows^T)": (
+            {"v": o.new_empty(bs, H * vd).normal_(), "wo": config.wo_weight}, lambda a: (torch.mm(a["wo"], a["v"].t()).t(),)),
     }
 
 
