@@ -6,7 +6,7 @@
 
 (`bench/ncu_profile.sh` runs both ncu steps on the GPU host.) Prints the kernel's stall mix,
 the instructions with the most samples, and the samples of each region between partition
-switches (USETMAXREG) and around each TMA store (UTMASTG: the 400 instructions before it), with
+switches (USETMAXREG) and before each TMA store (UTMASTG: the --before 400 instructions), with
 the share of `no_inst` (the warp waiting for its next instruction to be fetched).
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--before", type=int, default=400, help="instructions before each TMA store to sum (default 400)")
     args = ap.parse_args()
     hdr, data = load(args.csv)
     ix = {h: i for i, h in enumerate(hdr)}
@@ -57,10 +58,10 @@ def main() -> int:
     for a, b in zip(cuts, cuts[1:]):
         if b - a > 20:
             print(f"  {a:5d}-{b:5d} {sum(samples[a:b]):7d} samples ({sum(samples[a:b]) / total:5.1%}): {mix(a, b)}")
-    print("\nthe 400 instructions before each TMA store (UTMASTG):")
+    print(f"\nthe {args.before} instructions before each TMA store (UTMASTG):")
     for i, s in enumerate(src):
         if "UTMASTG" in s:
-            a = max(0, i - 400)
+            a = max(0, i - args.before)
             print(f"  {a:5d}-{i:5d} {sum(samples[a:i + 1]):7d} samples: {mix(a, i + 1)}")
     return 0
 

@@ -62,3 +62,42 @@ def test_scale_out_compare_judges_agreement_by_the_ratio_not_only_by_overlap(tmp
     assert next(line for line in out.splitlines() if " still " in line).endswith("SAME")
     assert "(overlap): 2/2; kbench compare SAME or UNSURE: 1/2" in out
     assert "ratio 0.55" in out
+
+
+def test_ncu_stalls_splits_the_samples_by_partition_and_before_tma_stores(tmp_path, capsys):
+    import csv
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ncu_stalls", BENCH / "ncu_stalls.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stalls = ["stall_no_inst", "stall_wait", "stall_no_inst (Not Issued)"]
+    # partition A: 30 instructions, 2 samples each (wait); partition B: 30 instructions, its last 10
+    # before a TMA store with 5 no_inst samples each
+    rows = [["0x0", "USETMAXREG.DEALLOC 0x78", "0", "0", "0", "0"]]
+    rows += [[hex(16 * i), "FMUL R1, R1, R2", "2", "0", "2", "0"] for i in range(1, 31)]
+    rows += [[hex(16 * 31), "USETMAXREG.TRY_ALLOC 0xe8", "0", "0", "0", "0"]]
+    rows += [[hex(16 * i), "IADD3 R1, R1, 1", "0", "0", "0", "0"] for i in range(32, 52)]
+    rows += [[hex(16 * i), "FMUL R3, R3, R4", "5", "5", "0", "0"] for i in range(52, 62)]
+    rows += [[hex(16 * 62), "@UP0 UTMASTG.2D [UR8], [UR6]", "0", "0", "0", "0"]]
+    path = tmp_path / "k.sass.csv.gz"
+    with gzip.open(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "k"])
+        w.writerow(["Address", "Source", "# Samples"] + stalls)
+        w.writerows(rows)
+    import sys
+    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(path), "--top", "3", "--before", "10"]
+    try:
+        assert module.main() == 0
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert "63 instructions, 110 samples" in out
+    assert out.splitlines()[1].split() == ["wait", "60", "54.5%"]
+    assert out.splitlines()[2].split() == ["no_inst", "50", "45.5%"]
+    regions = out.split("regions between partition switches (USETMAXREG):")[1].split("the 10 instructions")[0]
+    assert "    0-   31      60 samples (54.5%): wait 100%" in regions
+    assert "   31-   63      50 samples (45.5%): no_inst 100%" in regions
+    assert "52-   62      50 samples: no_inst 100%" in out.split("TMA store (UTMASTG):")[1]
