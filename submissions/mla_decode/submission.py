@@ -20,9 +20,11 @@ conversion truncates).
 
 No weight-derived tensor is cached between calls: absorbing at the activation level
 costs two small bmm's per call (about 4 GFLOP, 33 MB of weights read once), so there
-is nothing to key a cache on and nothing a changed input could make stale. The only
-other cached object is a second CUDA stream per device, on which the KV append runs
-beside the Q projections (it holds no data).
+is nothing to key a cache on and nothing a changed input could make stale. Besides the
+RoPE cos/sin table (a function of positions alone), the only cached object is a second
+CUDA stream per device, on which the KV append runs beside the Q projections; it holds
+no data. y is returned as the transposed view of y^T = wo . rows^T (cuBLAS streams wo
+faster in that orientation).
 """
 import math
 import os
