@@ -9,7 +9,6 @@ filled with junk first; o and lse compared with torch.equal. Prints one line per
 count of mismatches; exits 1 if any.
 """
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch  # noqa: E402
 
 from kbench.loader import load_module  # noqa: E402
 from kbench.tasks import get_task  # noqa: E402
+from bsa_case import QK_SCALE, kernel_inputs  # noqa: E402  (bench/ is the script's folder)
 
 
 def main() -> int:
@@ -32,26 +32,24 @@ def main() -> int:
     a = load_module(Path(args.a) / "bsa_gluon.py", "bsa_gluon_a")
     b = load_module(Path(args.b) / "bsa_gluon.py", "bsa_gluon_b")
     task = get_task("block_sparse_attn")
-    scale = 1.4426950408889634 / math.sqrt(128)  # the submission's QK_SCALE: base-2 softmax
     bad = 0
     for suite in args.suites.split(","):
         for case in task.suite(suite).cases:
-            x = task.module.generate(dict(case.params, seed=case.seed), "cuda")
-            q, k, v, rp, ci, sl = (x[n] for n in ("q", "k", "v", "row_ptr", "col_idx", "seq_lens"))
+            q, k, v, rp, ci, sl = kernel_inputs(task, case)
             if not (a.supported(q, k, v) and b.supported(q, k, v)):
                 print(f"{case.name}: not supported by both kernels, skipped")
                 continue
             o_a, lse_a = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda")
-            a.launch(q, k, v, rp, ci, sl, o_a, lse_a, scale)
+            a.launch(q, k, v, rp, ci, sl, o_a, lse_a, QK_SCALE)
             same = []
             for _ in range(args.calls):
                 o_b, lse_b = torch.full_like(q, 7.0), torch.full(q.shape[:3], 7.0, device="cuda")
-                b.launch(q, k, v, rp, ci, sl, o_b, lse_b, scale)
+                b.launch(q, k, v, rp, ci, sl, o_b, lse_b, QK_SCALE)
                 torch.cuda.synchronize()
                 same.append(torch.equal(o_a, o_b) and torch.equal(lse_a, lse_b))
             bad += not all(same)
             print(f"{case.name}: {'equal' if all(same) else 'DIFFERENT'} ({sum(same)}/{len(same)} calls)", flush=True)
-            del x, q, k, v, o_a, o_b
+            del q, k, v, o_a, o_b
             torch.cuda.empty_cache()
     print(f"cases with different outputs: {bad}")
     return 1 if bad else 0

@@ -16,7 +16,6 @@ Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -108,17 +107,15 @@ def main() -> int:
 
     from kbench.loader import load_module
     from kbench.tasks import get_task
+    from bsa_case import QK_SCALE, find_case, kernel_inputs
 
     kernel = Path(tempfile.mkdtemp(prefix="bsa-timeline-")) / "bsa_timeline_kernel.py"
     kernel.write_text(stamped((Path(args.dir) / "bsa_gluon.py").read_text()))
     mod = load_module(kernel, "bsa_timeline_kernel")
     task = get_task("block_sparse_attn")
-    cases = {c.name: c for suite in task.suites.values() for c in suite.cases}
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    qk_scale = 1.4426950408889634 / math.sqrt(128)
     for name in args.cases.split(","):
-        inp = task.module.generate(dict(cases[name].params, seed=cases[name].seed), "cuda")
-        q, k, v, rp, ci, sl = (inp[x] for x in ("q", "k", "v", "row_ptr", "col_idx", "seq_lens"))
+        q, k, v, rp, ci, sl = kernel_inputs(task, find_case(task, name))
         o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
         prof = torch.zeros(torch.cuda.get_device_properties(0).multi_processor_count * SLOTS, dtype=torch.int64,
                            device="cuda")
@@ -128,7 +125,7 @@ def main() -> int:
         for _ in range(6):
             flush.zero_()
             prof.zero_()
-            mod.launch(q, k, v, rp, ci, sl, o, lse, qk_scale, mod.STAGES)
+            mod.launch(q, k, v, rp, ci, sl, o, lse, QK_SCALE, mod.STAGES)
             torch.cuda.synchronize()
             p = prof.view(-1, SLOTS).cpu().numpy().astype(np.int64)
             p = p[p[:, 0] > 0]

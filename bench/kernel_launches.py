@@ -13,18 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from kbench.loader import load_module  # noqa: E402
 from kbench.tasks import get_task  # noqa: E402
+from bsa_case import QK_SCALE, find_case, kernel_inputs  # noqa: E402  (bench/ is the script's folder)
 
 what = sys.argv[1]
 if what == "bsa":
     mod = load_module(ROOT / "submissions" / "block_sparse_attn" / "bsa_gluon.py", "bsa_gluon")
     task = get_task("block_sparse_attn")
-    cases = {c.name: c for suite in task.suites.values() for c in suite.cases}
-    c = cases[sys.argv[2]]
-    inp = task.module.generate(dict(c.params, seed=c.seed), "cuda")
-    q, k, v, rp, ci, sl = (inp[x] for x in ("q", "k", "v", "row_ptr", "col_idx", "seq_lens"))
+    q, k, v, rp, ci, sl = kernel_inputs(task, find_case(task, sys.argv[2]))
     o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
     for _ in range(4):
-        mod.launch(q, k, v, rp, ci, sl, o, lse, 1.4426950408889634 / math.sqrt(128), mod.STAGES)
+        mod.launch(q, k, v, rp, ci, sl, o, lse, QK_SCALE, mod.STAGES)
 else:
     sys.path.insert(0, str(ROOT / "submissions" / "mla_decode"))
     import submission as sol

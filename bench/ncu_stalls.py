@@ -25,12 +25,12 @@ def load(path: str) -> tuple[list[str], list[list[str]]]:
     return rows[start], [r for r in rows[start + 1:] if len(r) == len(rows[start])]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--before", type=int, default=400, help="instructions before each TMA store to sum (default 400)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     hdr, data = load(args.csv)
     ix = {h: i for i, h in enumerate(hdr)}
     stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]

@@ -87,12 +87,7 @@ def test_ncu_stalls_splits_the_samples_by_partition_and_before_tma_stores(tmp_pa
         w.writerow(["Kernel Name", "k"])
         w.writerow(["Address", "Source", "# Samples"] + stalls)
         w.writerows(rows)
-    import sys
-    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(path), "--top", "3", "--before", "10"]
-    try:
-        assert module.main() == 0
-    finally:
-        sys.argv = argv
+    assert module.main([str(path), "--top", "3", "--before", "10"]) == 0
     out = capsys.readouterr().out
     assert "63 instructions, 110 samples" in out
     assert out.splitlines()[1].split() == ["wait", "60", "54.5%"]
@@ -101,3 +96,30 @@ def test_ncu_stalls_splits_the_samples_by_partition_and_before_tma_stores(tmp_pa
     assert "    0-   31      60 samples (54.5%): wait 100%" in regions
     assert "   31-   63      50 samples (45.5%): no_inst 100%" in regions
     assert "52-   62      50 samples: no_inst 100%" in out.split("TMA store (UTMASTG):")[1]
+
+
+def test_bsa_case_gives_the_submissions_scale_and_a_cases_kernel_arguments():
+    import importlib.util
+    import subprocess
+    import sys
+
+    from kbench.tasks import get_task
+
+    spec = importlib.util.spec_from_file_location("bsa_case", BENCH / "bsa_case.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # the submission loaded in a process of its own: loaded here, its Triton kernels would stay
+    # bound to this process's (non-interpreter) mode for the interpreted tests that follow
+    printed = subprocess.run(
+        [sys.executable, "-c", "from kbench.loader import load_module; import sys; "
+         f"print(repr(load_module(sys.argv[1], 'sub').QK_SCALE))",
+         str(ROOT / "submissions" / "block_sparse_attn" / "submission.py")],
+        capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert module.QK_SCALE == float(printed)
+    task = get_task("block_sparse_attn")
+    case = task.suite("smoke").cases[0]
+    assert module.find_case(task, case.name) is case
+    q, k, v, row_ptr, col_idx, seq_lens = module.kernel_inputs(task, case, "cpu")
+    inputs = task.module.generate(dict(case.params, seed=case.seed), "cpu")
+    assert all(a.equal(inputs[n]) for a, n in zip((q, k, v, row_ptr, col_idx, seq_lens),
+                                                  ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")))
