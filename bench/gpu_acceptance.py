@@ -213,7 +213,7 @@ def main() -> int:
                 repeatability(task, full[0], full[1], args.out, table, full)
         if task == "qknorm":
             # After qknorm's runs, not first: as the machine's first command it timed a cold start
-            # (bytecode, CUDA init and 16 workers' imports from nothing): 15.3-16.0 s against 7.6 s warm.
+            # (bytecode, CUDA init and 16 workers' imports from nothing): 15.3-16.0 s against 7.1-8.8 s warm.
             reject_fast(args.out, table)
     if not args.skip_tests:
         gpu_tests(args.out, table)
