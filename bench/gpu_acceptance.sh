@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU acceptance run (bench/gpu_acceptance.py says what it checks). On the device host:
 #   bash bench/gpu_acceptance.sh [--tasks qknorm] [--suites quick,full] [--runs 3] [--skip-tests]
-# It takes ~550-590 s, at one device call's limit: split it in two calls, --skip-tests, then --tasks ""
+# It takes ~550-650 s, past one device call's limit: split it in two calls, --skip-tests, then --tasks ""
 # (the GPU tests alone).
 # Logs and JSON go to $OUT/acceptance.tgz, the table to $OUT/acceptance.txt.
 set -o pipefail
