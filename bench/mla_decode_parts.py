@@ -1,7 +1,7 @@
 """Where a call of the bundled mla_decode kernel spends its time, which `kbench eval` (whole calls
 only) does not say: each step of custom_kernel alone, and the attention kernel's launch configs.
 
-    python bench/mla_decode_parts.py [--suite full] [--case prefill6144] [--calls 20] [--sweep]
+    python bench/mla_decode_parts.py [--suite full] [--case prefill6144] [--calls 20] [--sweep] [--submission DIR]
 
 Each step runs on the case's own inputs (the intermediate tensors computed once, as
 custom_kernel computes them) and is timed with kbench's own protocol for one call
@@ -22,11 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own),
-# gluon (the Gluon kernel of mla_decode_gluon.py on Hopper; the first five keys are then the Triton kernel's only),
-# fuse_rope (Gluon: the keys' RoPE rotated in the kernel while P.V runs, no pass)
-SWEEP = [(64, 64, 1, 8, 2, True, False, False), (64, 64, 1, 8, 2, True, True, False),
-         (64, 64, 1, 8, 2, True, True, True)]
-KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass", "gluon", "fuse_rope")
+# gluon (the Gluon kernel of mla_decode_gluon.py on Hopper, which rotates the keys itself; the first six keys are
+# then the Triton kernel's only)
+SWEEP = [(64, 64, 1, 8, 2, True, False), (64, 64, 1, 8, 2, True, True)]
+KEYS = ("block_h", "block_n", "v_split", "num_warps", "num_stages", "rope_pass", "gluon")
 
 
 def steps(kernel, inputs: dict, prepare) -> dict:
@@ -51,7 +50,7 @@ def steps(kernel, inputs: dict, prepare) -> dict:
             lambda a: ((a["x"] @ a["down"].t()) @ a["up"].t(),)),
         "absorption bmm (q_nope -> latent)": (
             {"q": q, "w": w}, lambda a: (torch.bmm(a["q"][..., :nope].transpose(0, 1), a["w"][:, :nope]),)),
-        "keys' RoPE pass (part of the attention)": (
+        "keys' RoPE pass (Triton kernel only)": (
             {"kv": cache.data},
             lambda a: (kernel.rope_keys(a["kv"], kv_len, R, *kernel._trig_table(rope // 2, a["kv"].shape[1], a["kv"].device)),)),
         "attention kernel": (
@@ -82,6 +81,8 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--submission", default=str(ROOT / "submissions" / "mla_decode"),
+                    help="the submission directory (default: the bundled one), e.g. a variant's copy")
     args = ap.parse_args()
     if args.device == "cpu":  # before anything imports Triton: it reads this once
         os.environ["TRITON_INTERPRET"] = "1"
@@ -95,7 +96,7 @@ def main() -> int:
     suite = task.suite(args.suite or ("full" if args.device == "cuda" else "smoke"))
     case = next(c for c in suite.cases if c.name == (args.case or suite.cases[-1].name))
     contract, module = task.contract, task.module
-    entry = contract.load(submission_file(task, ROOT / "submissions" / "mla_decode"))
+    entry = contract.load(submission_file(task, Path(args.submission)))
     kernel = sys.modules[entry.__module__]
     inputs = module.generate(dict(case.params), args.device)
     expected = tuple(module.reference(inputs))

@@ -1,22 +1,26 @@
-"""The MLA decode attention as a Gluon kernel for Hopper (sm_90): what Triton's tile language
-cannot hold in this kernel is the 64 heads x 576 query block kept in shared memory, so the
-registers are left to the 64 x 512 fp32 output.
+"""The MLA decode attention as a warp-specialised Gluon kernel for Hopper (sm_90), on FlashMLA's
+schedule: the two consumer warpgroups take the cache tiles in turn for the scores.
 
-One program: one sequence, 64 heads, one split of the context. Its 8 warps form two
-warpgroups; every warpgroup MMA is laid out warps [4, 2], so each warpgroup computes half of
-a 64 x 64 score tile and owns 256 of the 512 output columns. Per 64-row tile of the cache:
-  S  = q_lat . c^T + rope(q_pe) . kpe^T     (wgmma, queries and keys from shared memory)
-  P  = exp2(S * scale - m)                  (online softmax in registers, P to shared memory)
-  O += P . c                                (wgmma: the latent rows are the values too)
-Cache tiles arrive by TMA into a ring of STAGES buffers (2: a third does not fit beside the
-query block), the next ones in flight while this one is used. The TMA descriptors' row count is
-the context length, so rows past it read as zeros; rows of the tile past this split's end are
-masked to -inf. The next tile's scores are issued behind this tile's P.V, and (FUSE_ROPE) its
-keys' RoPE columns are rotated in shared memory while P.V runs, so no pass over the cache
-rotates them first. docs/benchmarks-mla_decode.md has the figures and the variants that lost.
+One program: one sequence, 64 heads, one split of the context; three partitions of 4 warps. A
+producer issues the TMA loads of 64-row cache tiles (latent and raw RoPE columns) into a ring of
+2 stages (a third does not fit beside the 72 KB query block). Consumer w owns output columns
+w*256.. and the scores of tiles u = w, w+2, ... Per own tile u, in this order:
+  1. tile u-1 (the other's): its P . c on my columns, P from shared memory as the other
+     warpgroup published it, with the rescale and running max published beside it;
+  2. tile u's keys rotated in place (RoPE, the original's bf16 steps) while that P . c runs;
+  3. S = q_lat . c^T + rope(q_pe) . kpe^T   (64 x 64, wgmma, q and keys from shared memory)
+  4. P = exp2(S * scale - m)                (online softmax in registers)
+  5. P, its rescale and the new max published (shared memory, an mbarrier), P . c from registers.
+So one warpgroup's softmax runs while the other's MMAs do, and each score tile is computed once,
+by one warpgroup. Step 1 comes before step 3 because tile u's load can only start once both
+warpgroups are done with tile u-2 (two stages): issuing the other's P . c first gives that load
+the other warpgroup's softmax to land in. Each warpgroup's row sums cover its own tiles; the two
+are added at the end. Every MMA is waited for in the iteration that issued it.
 
-The numbers are the Triton kernel's: the same bf16 inputs to every product, fp32 accumulation,
-q's RoPE with the original's bf16 roundings, o rounded to bf16 once.
+The TMA descriptors' row count is the context length, so rows past it read as zeros; rows of a
+tile past this split's end are masked to -inf. The numbers are the Triton kernel's: the same bf16
+inputs to every product, fp32 accumulation, RoPE with the original's bf16 roundings, o rounded to
+bf16 once. docs/benchmarks-mla_decode.md has the figures and the variants that lost.
 """
 import torch
 import triton
@@ -28,7 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK_H = 64
 BLOCK_N = 64
-NUM_WARPS = 8
+CONSUMER_REGS = gl.constexpr(240)  # each consumer; the producer keeps 3 x 168 - 2 x 240 = 24
 
 
 @gluon.jit
@@ -56,14 +60,18 @@ def _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q
                   s_ql_h, s_ql_b, s_q_b, s_q_h,
                   NOPE: gl.constexpr, R: gl.constexpr, ROPE: gl.constexpr, BLOCK_H: gl.constexpr,
                   num_warps: gl.constexpr):
-    """q_lat rows of heads h0.. into q_s; q's RoPE part rotated at pos_q (bf16 steps) into qpe_s."""
+    """q_lat rows of heads h0.. into q_s (in 128-column pieces: few registers); q's RoPE part
+    rotated at pos_q (bf16 steps) into qpe_s."""
     HALF: gl.constexpr = ROPE // 2
+    PIECE: gl.constexpr = 128
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     heads = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ld))
     hmask = heads[:, None] < H
-    cols = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
-    ql = gl.load(qlat_ptr + heads[:, None] * s_ql_h + b * s_ql_b + cols[None, :], mask=hmask, other=0.0)
-    q_s.store(ql)
+    cols = gl.arange(0, PIECE, layout=gl.SliceLayout(0, ld))
+    for i in gl.static_range(R // PIECE):
+        ql = gl.load(qlat_ptr + heads[:, None] * s_ql_h + b * s_ql_b + i * PIECE + cols[None, :], mask=hmask,
+                     other=0.0)
+        q_s.slice(i * PIECE, PIECE, dim=1).store(ql)
     # Rotate-half RoPE over the whole row: column j pairs with j +- HALF, sign - on the first half.
     j = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ld))
     partner = (j + HALF) % ROPE
@@ -101,7 +109,6 @@ def _rotate_keys(kpe, trig, ROPE: gl.constexpr, num_warps: gl.constexpr):
     hi = kpe.slice(HALF, HALF, dim=1)
     xa = lo.load(ld).to(gl.float32)
     xb = hi.load(ld).to(gl.float32)
-    gl.thread_barrier()  # not needed by the data (each thread writes back what it read); dropping it gained nothing
     lo.store(_rotated(xa, -xb, c, s).to(gl.bfloat16))
     hi.store(_rotated(xb, xa, c, s).to(gl.bfloat16))
     fence_async_shared()
@@ -116,25 +123,133 @@ def _scores(q_s, qpe_s, kv_tile, kpe_tile, s_zero, BN: gl.constexpr, R: gl.const
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, valid, qk_scale):
-    """Online softmax of one score tile (base 2): P in bf16, the old rows' rescale, new max and sum."""
-    s = gl.where(valid[None, :], s * qk_scale, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
-    return p.to(gl.bfloat16), alpha, m_new, l_i * alpha + gl.sum(p, 1)
+def _opaque(x):
+    """x, through an instruction the compiler cannot see through or move out of a loop."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _producer(kv_desc, kpe_desc, kv_s, kpe_s, ready, empty, b, n_start, n_tiles):
+    """The cache tiles after the first STAGES (the prologue issued those): each into its stage once
+    both consumers are done with the tile that held it."""
+    STAGES: gl.constexpr = kv_s.shape[0]
+    BN: gl.constexpr = kv_s.shape[2]
+    for t in range(STAGES, n_tiles):
+        st = t % STAGES
+        mbarrier.wait(empty.index(st), ((t // STAGES) & 1) ^ 1)
+        _load_tile(kv_desc, kpe_desc, b, n_start + t * BN, ready.index(st), kv_s.index(st), kpe_s.index(st))
+
+
+@gluon.jit
+def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+              cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
+              s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
+              SPLIT: gl.constexpr, WG: gl.constexpr):
+    """Output columns WG*256.. of the program's 64 heads, and the scores of tiles WG, WG+2, ...
+    (the steps of the module docstring). Tile -1, before tile 0, is the prologue's zero P. x_s rows:
+    0 the last published rescale, 1 its running max, 2 and 3 each warpgroup's row sums at the end."""
+    STAGES: gl.constexpr = kv_s.shape[0]
+    BN: gl.constexpr = kv_s.shape[2]
+    R: gl.constexpr = kv_s.shape[3]
+    ROPE: gl.constexpr = kpe_s.shape[3]
+    BH: gl.constexpr = q_s.shape[1]
+    HR: gl.constexpr = R // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HR, 16])
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    m_i = gl.full([BH], float("-inf"), gl.float32, layout=rows_s)
+    l_i = gl.zeros([BH], gl.float32, layout=rows_s)
+    acc = gl.zeros([BH, HR], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BH, BN], gl.float32, layout=s_layout)
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    mbarrier.wait(q_bar.index(0), 0)
+    for u in range(WG, n_tiles, 2):
+        # (own tiles are always in stage WG: an opaque copy of the index keeps the compiler from
+        # hoisting the 72 registers of that stage's MMA descriptors out of the loop)
+        st = _opaque(u % STAGES)
+        trig = _trig_rows(cos_ptr, sin_ptr, n_start + u * BN, kv_len, BN, ROPE, 4)  # in flight meanwhile
+        # Tile u-1 first (the other warpgroup's; for u = 0 the prologue's zero P against tile 0's c):
+        # its P . c on these columns, issued before tile u's scores, which need tile u's load.
+        sv = gl.maximum(u - 1, 0) % STAGES
+        mbarrier.wait(ready.index(0), 0, pred=u == 0)
+        mbarrier.wait(p_full.index(0), u & 1)
+        alpha = x_s.index(0).load(rows_s)
+        m_i = x_s.index(1).load(rows_s)
+        l_i = l_i * alpha
+        acc = acc * x_s.index(0).load(rows_o)[:, None]
+        c_prev = kv_s.index(sv).reshape([BN, R]).slice(WG * HR, HR, dim=1)
+        pv_tok = warpgroup_mma(p_s, c_prev, acc, is_async=True)
+        mbarrier.wait(ready.index(st), (u // STAGES) & 1)
+        _rotate_keys(kpe_s.index(st).reshape([BN, ROPE]), trig, ROPE, 4)  # while P . c runs
+        s_tok = _scores(q_s.index(_opaque(0)), qpe_s, kv_s.index(st), kpe_s.index(st), s_zero, BN, R, ROPE)
+        acc = warpgroup_mma_wait(num_outstanding=2, deps=(pv_tok,))  # the scores' two groups run on
+        mbarrier.arrive(empty.index(sv), count=1, pred=u > 0)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        s = gl.where((n_start + u * BN + cols < n_end)[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        pb = p.to(gl.bfloat16)
+        p_s.store(pb)
+        x_s.index(0).store(alpha)
+        x_s.index(1).store(m_new)
+        fence_async_shared()
+        gl.thread_barrier()  # every thread's part of P written before the arrival that publishes it
+        mbarrier.arrive(p_full.index(0), count=1)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        c_own = kv_s.index(st).reshape([BN, R]).slice(WG * HR, HR, dim=1)
+        own_tok = warpgroup_mma(gl.convert_layout(pb, p_op), c_own, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(own_tok,))
+        mbarrier.arrive(empty.index(st), count=1)
+    last = n_tiles - 1
+    if (n_tiles > 0) & (last % 2 != WG):  # the other warpgroup had the last tile
+        sv = last % STAGES
+        mbarrier.wait(p_full.index(0), n_tiles & 1)
+        alpha = x_s.index(0).load(rows_s)
+        m_i = x_s.index(1).load(rows_s)
+        l_i = l_i * alpha
+        acc = acc * x_s.index(0).load(rows_o)[:, None]
+        c_last = kv_s.index(sv).reshape([BN, R]).slice(WG * HR, HR, dim=1)
+        last_tok = warpgroup_mma(p_s, c_last, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(last_tok,))
+        mbarrier.arrive(empty.index(sv), count=1)
+    # The row sums: this warpgroup's tiles' plus the other's.
+    x_s.index(2 + WG).store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(l_bar.index(0), count=1)
+    mbarrier.wait(l_bar.index(0), 0)
+    l_i = l_i + x_s.index(3 - WG).load(rows_s)
+
+    l_o = gl.convert_layout(l_i, rows_o)
+    heads = h0 + gl.arange(0, BH, layout=rows_o)
+    offs_r = WG * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, o_layout))
+    hmask = heads[:, None] < H
+    if SPLIT:
+        # An empty split leaves l == 0: its lse is -inf, so the merge gives it no weight.
+        out = acc / gl.maximum(l_o, 1e-30)[:, None]
+        gl.store(opart_ptr + split * s_op_s + b * s_op_b + heads[:, None] * s_op_h + offs_r[None, :], out, mask=hmask)
+        if WG == 0:
+            lse = gl.where(l_i > 0, m_i + gl.log2(gl.maximum(l_i, 1e-30)), float("-inf"))
+            lse_heads = h0 + gl.arange(0, BH, layout=rows_s)
+            gl.store(lse_ptr + split * s_lse_s + b * s_lse_b + lse_heads, lse, mask=lse_heads < H)
+    else:
+        out = acc / l_o[:, None]
+        gl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_r[None, :], out.to(gl.bfloat16), mask=hmask)
 
 
 @gluon.jit
 def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
                        H, kv_len, tiles_per_split, qk_scale,
                        s_ql_h, s_ql_b, s_q_b, s_q_h, s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
-                       NOPE: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr, FUSE_ROPE: gl.constexpr,
-                       num_warps: gl.constexpr):
+                       NOPE: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     R: gl.constexpr = kv_desc.block_type.shape[2]
     ROPE: gl.constexpr = kpe_desc.block_type.shape[2]
     BN: gl.constexpr = kv_desc.block_type.shape[1]
-    BH: gl.constexpr = BN  # the score tile is square: 64 heads x 64 cache rows
+    BH: gl.constexpr = 64  # heads a program
     h0 = gl.program_id(0) * BH
     b = gl.program_id(1)
     split = gl.program_id(2)
@@ -142,90 +257,53 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     n_end = gl.minimum(n_start + tiles_per_split * BN, kv_len)
     n_tiles = gl.cdiv(n_end - n_start, BN)
 
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, BN // 2, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, R // 2, 16])
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, R], gl.bfloat16)
     qpe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, ROPE], gl.bfloat16)
     p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, BN], gl.bfloat16)
-
     kv_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES] + kv_desc.block_type.shape, kv_desc.layout)
     kpe_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES] + kpe_desc.block_type.shape, kpe_desc.layout)
-    q_s = gl.allocate_shared_memory(gl.bfloat16, [BH, R], q_layout)
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [1, BH, R], q_layout)  # [1, ...]: see _consumer
     qpe_s = gl.allocate_shared_memory(gl.bfloat16, [BH, ROPE], qpe_layout)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [BH, BN], p_layout)
+    x_s = gl.allocate_shared_memory(gl.float32, [4, BH], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    p_full = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    l_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-
+        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
+    mbarrier.init(q_bar.index(0), count=1)
+    mbarrier.init(p_full.index(0), count=1)
+    mbarrier.init(l_bar.index(0), count=2)
+    fence_async_shared()
     for i in gl.static_range(STAGES):  # the first tiles fly while the queries are loaded
         if i < n_tiles:
             _load_tile(kv_desc, kpe_desc, b, n_start + i * BN, ready.index(i), kv_s.index(i), kpe_s.index(i))
-
-    _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, kv_len - 1,
+    _load_queries(q_s.index(0), qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, kv_len - 1,
                   s_ql_h, s_ql_b, s_q_b, s_q_h, NOPE, R, ROPE, BH, num_warps)
+    # The zero tile "before tile 0": P = 0, rescale 1, running max -inf, published as tile -1.
+    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    p_s.store(gl.zeros([BH, BN], gl.bfloat16, layout=zl))
+    xl: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    x_s.index(0).store(gl.full([BH], 1.0, gl.float32, layout=xl))
+    x_s.index(1).store(gl.full([BH], float("-inf"), gl.float32, layout=xl))
     fence_async_shared()
     gl.thread_barrier()
-
-    m_i = gl.full([BH], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BH], gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BH, R], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([BH, BN], gl.float32, layout=s_layout)
-    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-    # The next tile's scores are issued behind this tile's P.V, so the tensor cores run them back
-    # to back, and the wait for P.V, the barrier and the next load overlap the scores. With
-    # FUSE_ROPE the next tile's keys are rotated while this tile's P.V runs.
-    trig = _trig_rows(cos_ptr, sin_ptr, n_start, kv_len, BN, ROPE, num_warps)
-    s = s_zero
-    if n_tiles > 0:
-        mbarrier.wait(ready.index(0), 0)
-        if FUSE_ROPE:
-            _rotate_keys(kpe_s.index(0).reshape([BN, ROPE]), trig, ROPE, num_warps)
-        s = _scores(q_s, qpe_s, kv_s.index(0), kpe_s.index(0), s_zero, BN, R, ROPE)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    for t in range(n_tiles):
-        st = t % STAGES
-        c = kv_s.index(st).reshape([BN, R])
-        if FUSE_ROPE:  # in flight during the softmax
-            trig = _trig_rows(cos_ptr, sin_ptr, n_start + (t + 1) * BN, kv_len, BN, ROPE, num_warps)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, n_start + t * BN + cols < n_end, qk_scale)
-        p_s.store(p)
-        fence_async_shared()
-        gl.thread_barrier()  # every warp's part of P written before either warpgroup reads it
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        acc_tok = warpgroup_mma(p_s, c, acc, is_async=True)
-        if t + 1 < n_tiles:
-            st1 = (t + 1) % STAGES
-            mbarrier.wait(ready.index(st1), ((t + 1) // STAGES) & 1)
-            if FUSE_ROPE:
-                _rotate_keys(kpe_s.index(st1).reshape([BN, ROPE]), trig, ROPE, num_warps)
-            s_tok = _scores(q_s, qpe_s, kv_s.index(st1), kpe_s.index(st1), s_zero, BN, R, ROPE)
-            acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc_tok,))  # P.V done; the scores' 2 groups run on
-            gl.thread_barrier()  # both warpgroups done with this stage and P before they are overwritten
-            nt = t + STAGES
-            if nt < n_tiles:
-                _load_tile(kv_desc, kpe_desc, b, n_start + nt * BN, ready.index(st), kv_s.index(st), kpe_s.index(st))
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    heads = h0 + gl.arange(0, BH, layout=gl.SliceLayout(1, o_layout))
-    offs_r = gl.arange(0, R, layout=gl.SliceLayout(0, o_layout))
-    hmask = heads[:, None] < H
-    if SPLIT:
-        # An empty split leaves l == 0: its lse is -inf, so the merge gives it no weight.
-        lse = gl.where(l_i > 0, m_i + gl.log2(gl.maximum(l_i, 1e-30)), float("-inf"))
-        out = acc / gl.maximum(l_o, 1e-30)[:, None]
-        gl.store(opart_ptr + split * s_op_s + b * s_op_b + heads[:, None] * s_op_h + offs_r[None, :], out, mask=hmask)
-        lse_heads = h0 + gl.arange(0, BH, layout=gl.SliceLayout(1, s_layout))
-        gl.store(lse_ptr + split * s_lse_s + b * s_lse_b + lse_heads, lse, mask=lse_heads < H)
-    else:
-        out = acc / l_o[:, None]
-        gl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_r[None, :], out.to(gl.bfloat16), mask=hmask)
+    mbarrier.arrive(q_bar.index(0), count=1)
+    mbarrier.arrive(p_full.index(0), count=1)
+    # The producer is the default partition, so the two consumers are workers compiled alike (as the
+    # default partition one of them spilled).
+    gl.warp_specialize([
+        (_producer, (kv_desc, kpe_desc, kv_s, kpe_s, ready, empty, b, n_start, n_tiles)),
+        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+                     cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
+                     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),
+        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+                     cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
+                     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 def supported(q_lat: torch.Tensor, kv: torch.Tensor) -> bool:
@@ -241,17 +319,15 @@ def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
                             gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
 
 
-def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
-           nope: int, qk_scale: float, stages: int = 2, fuse_rope: bool = True):
+def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
+           nope: int, qk_scale: float, stages: int = 2):
     """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel; the
-    cache's latent columns and its RoPE columns (fuse_rope) or the keys rotated by a pass, `kpe`
-    (bs, kv_len, 64), are read through TMA descriptors cut at kv_len rows."""
+    cache's latent columns and its raw RoPE columns (the kernel rotates the keys) are read through
+    TMA descriptors cut at kv_len rows. 4 warps per partition, 12 in all: at 168 registers each
+    they fill the register file, and the partitions then rebalance them (CONSUMER_REGS)."""
     H, bs, R = q_lat.shape
     kv_desc = _descriptor(kv[:, :kv_len, :R], [1, BLOCK_N, R])
-    if fuse_rope:  # the raw RoPE columns of the cache (kpe unused), rotated in the kernel
-        kpe_desc = _descriptor(kv[:, :kv_len, R:], [1, BLOCK_N, kv.shape[-1] - R])
-    else:
-        kpe_desc = _descriptor(kpe, [1, BLOCK_N, kpe.shape[-1]])
+    kpe_desc = _descriptor(kv[:, :kv_len, R:], [1, BLOCK_N, kv.shape[-1] - R])
     split = splits > 1
     return _mla_decode_kernel[(triton.cdiv(H, BLOCK_H), bs, splits)](
         kv_desc, kpe_desc, q_lat, q, cos, sin, o, opart, lse,
@@ -259,4 +335,4 @@ def launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len: int, splits: int,
         q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), o.stride(0), o.stride(1),
         opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
         lse.stride(0) if split else 0, lse.stride(1) if split else 0,
-        NOPE=nope, SPLIT=split, STAGES=stages, FUSE_ROPE=fuse_rope, num_warps=NUM_WARPS)
+        NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168)

@@ -5,9 +5,11 @@ cache as multi-query attention with all query heads sharing each cache row:
   q_lat[h] = q_nope[h] @ W_uk[h]            (cuBLAS bmm, 128 x 512 per head)
   o[h]     = softmax(q_lat[h].c + rope(q_pe[h]).rope(k_pe)) @ c     (Gluon or Triton)
   y        = concat_h(o[h] @ W_uv[h]^T) @ wo^T                       (Triton bmm into wo's rows, cuBLAS)
-On a Hopper GPU the attention is the Gluon kernel of mla_decode_gluon.py (the 64 x 576 query
-block in shared memory, cache tiles by TMA, warpgroup MMAs; 2.0x faster at prefill 6144); the
-Triton kernel below runs everywhere else (other GPUs, other widths, the CPU interpreter).
+On a Hopper GPU the attention is the Gluon kernel of mla_decode_gluon.py (warp-specialised:
+two warpgroups take the cache tiles in turn for the scores and softmax, each adding P.V into its
+half of the output; cache tiles by TMA, the keys' RoPE rotated in the kernel; 2.3x the Triton
+kernel's speed at prefill 6144); the Triton kernel below runs everywhere else (other GPUs, other
+widths, the CPU interpreter).
 The Triton kernel loads each cache tile once for a block of 64 heads of a sequence,
 splits the context across programs when the batch is too small to fill the GPU, and a
 small kernel merges the splits. RoPE follows the original's bf16 roundings (angle =
@@ -248,9 +250,9 @@ def _head_bmm_kernel(a_ptr, b_ptr, c_ptr, M, K,
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
 # and could not take a second stage (1215 us). gluon: the Gluon kernel where it runs (Hopper, these
-# widths); fuse_rope: it rotates the keys itself (548 us at prefill 6144; with the pass, 579).
+# widths; it rotates the keys itself, no pass: 479 us at prefill 6144); the other keys are the Triton kernel's.
 CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True,
-          "gluon": True, "fuse_rope": True}
+          "gluon": True}
 _THETA: dict = {}
 
 
@@ -335,15 +337,11 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         lse = torch.empty(splits, bs, H, dtype=torch.float32, device=kv.device)
     else:
         opart = lse = o  # unused
-    fuse_rope = use_gluon and CONFIG["fuse_rope"]
-    if (CONFIG["rope_pass"] or use_gluon) and not fuse_rope:
-        kpe = rope_keys(kv, kv_len, R, cos, sin)
+    if use_gluon:  # it rotates the keys itself
+        _gluon.launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len, splits, tiles_per_split, nope,
+                      sm_scale * 1.4426950408889634)
     else:
-        kpe = kv  # unused
-    if use_gluon:
-        _gluon.launch(q_lat, q, kv, kpe, cos, sin, o, opart, lse, kv_len, splits, tiles_per_split, nope,
-                      sm_scale * 1.4426950408889634, fuse_rope=fuse_rope)
-    else:
+        kpe = rope_keys(kv, kv_len, R, cos, sin) if CONFIG["rope_pass"] else kv  # kv: unused
         _mla_attn_kernel[(groups * v_split, bs, splits)](
             q_lat, q, kv, kpe, cos, sin, o, opart, lse,
             H, kv_len, tiles_per_split, sm_scale,
