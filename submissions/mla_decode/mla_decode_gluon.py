@@ -17,10 +17,14 @@ warpgroups are done with tile u-2 (two stages): issuing the other's P . c first 
 the other warpgroup's softmax to land in. Each warpgroup's row sums cover its own tiles; the two
 are added at the end. Every MMA is waited for in the iteration that issued it.
 
-The TMA descriptors' row count is the context length, so rows past it read as zeros; rows of a
-tile past this split's end are masked to -inf. The numbers are the Triton kernel's: the same bf16
-inputs to every product, fp32 accumulation, RoPE with the original's bf16 roundings, o rounded to
-bf16 once. docs/benchmarks-mla_decode.md has the figures and the variants that lost.
+q_lat's 64 rows come in by TMA too, and o leaves by TMA through the query buffer once both
+warpgroups are done with it. Against per-thread loads and stores from the MMA layout, that takes
+~6.5 us off each program: two waves of 1-tile programs went from 38.6 to 25.3 us. The cache
+descriptors' row count is the context length, so rows past it read as zeros. Rows of a tile past
+this split's end are masked to -inf. Heads past H read as zeros and are not written. The numbers
+are the Triton kernel's: the same bf16 inputs to every product, fp32 accumulation, RoPE with the
+original's bf16 roundings, o rounded to bf16 once. docs/benchmarks-mla_decode.md has the figures
+and the variants that lost.
 """
 import torch
 import triton
@@ -56,22 +60,13 @@ def _load_tile(kv_desc, kpe_desc, b, n0, bar, kv_buf, kpe_buf):
 
 
 @gluon.jit
-def _load_queries(q_s, qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q,
-                  s_ql_h, s_ql_b, s_q_b, s_q_h,
-                  NOPE: gl.constexpr, R: gl.constexpr, ROPE: gl.constexpr, BLOCK_H: gl.constexpr,
-                  num_warps: gl.constexpr):
-    """q_lat rows of heads h0.. into q_s (in 128-column pieces: few registers); q's RoPE part
-    rotated at pos_q (bf16 steps) into qpe_s."""
+def _rope_queries(qpe_s, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q, s_q_b, s_q_h,
+                  NOPE: gl.constexpr, ROPE: gl.constexpr, BLOCK_H: gl.constexpr, num_warps: gl.constexpr):
+    """q's RoPE part of heads h0.., rotated at pos_q (bf16 steps), into qpe_s."""
     HALF: gl.constexpr = ROPE // 2
-    PIECE: gl.constexpr = 128
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     heads = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ld))
     hmask = heads[:, None] < H
-    cols = gl.arange(0, PIECE, layout=gl.SliceLayout(0, ld))
-    for i in gl.static_range(R // PIECE):
-        ql = gl.load(qlat_ptr + heads[:, None] * s_ql_h + b * s_ql_b + i * PIECE + cols[None, :], mask=hmask,
-                     other=0.0)
-        q_s.slice(i * PIECE, PIECE, dim=1).store(ql)
     # Rotate-half RoPE over the whole row: column j pairs with j +- HALF, sign - on the first half.
     j = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ld))
     partner = (j + HALF) % ROPE
@@ -141,9 +136,9 @@ def _producer(kv_desc, kpe_desc, kv_s, kpe_s, ready, empty, b, n_start, n_tiles)
 
 
 @gluon.jit
-def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_desc, opart_ptr, lse_ptr,
               cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
-              s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
+              s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
               SPLIT: gl.constexpr, WG: gl.constexpr):
     """Output columns WG*256.. of the program's 64 heads, and the scores of tiles WG, WG+2, ...
     (the steps of the module docstring). Tile -1, before tile 0, is the prologue's zero P. x_s rows:
@@ -183,7 +178,8 @@ def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_
         pv_tok = warpgroup_mma(p_s, c_prev, acc, is_async=True)
         mbarrier.wait(ready.index(st), (u // STAGES) & 1)
         _rotate_keys(kpe_s.index(st).reshape([BN, ROPE]), trig, ROPE, 4)  # while P . c runs
-        s_tok = _scores(q_s.index(_opaque(0)), qpe_s, kv_s.index(st), kpe_s.index(st), s_zero, BN, R, ROPE)
+        q_mine = q_s.index(_opaque(0)).reshape([BH, R])  # (the same for q's 36 descriptors)
+        s_tok = _scores(q_mine, qpe_s, kv_s.index(st), kpe_s.index(st), s_zero, BN, R, ROPE)
         acc = warpgroup_mma_wait(num_outstanding=2, deps=(pv_tok,))  # the scores' two groups run on
         mbarrier.arrive(empty.index(sv), count=1, pred=u > 0)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
@@ -236,15 +232,19 @@ def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_
             lse = gl.where(l_i > 0, m_i + gl.log2(gl.maximum(l_i, 1e-30)), float("-inf"))
             lse_heads = h0 + gl.arange(0, BH, layout=rows_s)
             gl.store(lse_ptr + split * s_lse_s + b * s_lse_b + lse_heads, lse, mask=lse_heads < H)
-    else:
-        out = acc / l_o[:, None]
-        gl.store(o_ptr + b * s_o_b + heads[:, None] * s_o_h + offs_r[None, :], out.to(gl.bfloat16), mask=hmask)
+    else:  # through this warpgroup's half of the query buffer (both are done with it) and a TMA store
+        q_s.index(0).reshape([BH, R]).slice(WG * HR, HR, dim=1).store((acc / l_o[:, None]).to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()
+        # (heads >= H are clipped by the descriptor)
+        tma.async_copy_shared_to_global(o_desc, [h0, b, WG * HR], q_s.index(0).slice(WG * HR, HR, dim=2))
+        tma.store_wait(0)
 
 
 @gluon.jit
-def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
+def _mla_decode_kernel(kv_desc, kpe_desc, qlat_desc, o_desc, q_ptr, cos_ptr, sin_ptr, opart_ptr, lse_ptr,
                        H, kv_len, tiles_per_split, qk_scale,
-                       s_ql_h, s_ql_b, s_q_b, s_q_h, s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
+                       s_q_b, s_q_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
                        NOPE: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     R: gl.constexpr = kv_desc.block_type.shape[2]
     ROPE: gl.constexpr = kpe_desc.block_type.shape[2]
@@ -257,12 +257,13 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     n_end = gl.minimum(n_start + tiles_per_split * BN, kv_len)
     n_tiles = gl.cdiv(n_end - n_start, BN)
 
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, R], gl.bfloat16)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, 1, R], gl.bfloat16)
     qpe_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, ROPE], gl.bfloat16)
     p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, BN], gl.bfloat16)
     kv_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES] + kv_desc.block_type.shape, kv_desc.layout)
     kpe_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES] + kpe_desc.block_type.shape, kpe_desc.layout)
-    q_s = gl.allocate_shared_memory(gl.bfloat16, [1, BH, R], q_layout)  # [1, ...]: see _consumer
+    # [1, ...]: see _consumer; [.., BH, 1, R]: the TMA boxes of q_lat (H, bs, R) and o (bs, H, R) seen as (H, bs, R)
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [1, BH, 1, R], q_layout)
     qpe_s = gl.allocate_shared_memory(gl.bfloat16, [BH, ROPE], qpe_layout)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [BH, BN], p_layout)
     x_s = gl.allocate_shared_memory(gl.float32, [4, BH], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -274,15 +275,17 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
-    mbarrier.init(q_bar.index(0), count=1)
+    mbarrier.init(q_bar.index(0), count=2)  # q_lat's TMA load, then the rotated RoPE part
     mbarrier.init(p_full.index(0), count=1)
     mbarrier.init(l_bar.index(0), count=2)
     fence_async_shared()
     for i in gl.static_range(STAGES):  # the first tiles fly while the queries are loaded
         if i < n_tiles:
             _load_tile(kv_desc, kpe_desc, b, n_start + i * BN, ready.index(i), kv_s.index(i), kpe_s.index(i))
-    _load_queries(q_s.index(0), qpe_s, qlat_ptr, q_ptr, cos_ptr, sin_ptr, b, h0, H, kv_len - 1,
-                  s_ql_h, s_ql_b, s_q_b, s_q_h, NOPE, R, ROPE, BH, num_warps)
+    # q_lat's rows of heads h0.. by TMA (heads >= H read as zeros), q's RoPE part rotated meanwhile
+    mbarrier.expect(q_bar.index(0), qlat_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(qlat_desc, [h0, b, 0], q_bar.index(0), q_s.index(0))
+    _rope_queries(qpe_s, q_ptr, cos_ptr, sin_ptr, b, h0, H, kv_len - 1, s_q_b, s_q_h, NOPE, ROPE, BH, num_warps)
     # The zero tile "before tile 0": P = 0, rescale 1, running max -inf, published as tile -1.
     zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     p_s.store(gl.zeros([BH, BN], gl.bfloat16, layout=zl))
@@ -297,21 +300,22 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_ptr, q_ptr, cos_ptr, sin_ptr, o_p
     # default partition one of them spilled).
     gl.warp_specialize([
         (_producer, (kv_desc, kpe_desc, kv_s, kpe_s, ready, empty, b, n_start, n_tiles)),
-        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_desc, opart_ptr, lse_ptr,
                      cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
-                     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),
-        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_ptr, opart_ptr, lse_ptr,
+                     s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),
+        (_consumer, (q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_desc, opart_ptr, lse_ptr,
                      cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
-                     s_o_b, s_o_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1)),
+                     s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 def supported(q_lat: torch.Tensor, kv: torch.Tensor) -> bool:
     """Whether this kernel runs the case: a Hopper GPU, DeepSeek-V3's widths (latent 512, RoPE 64)
-    and a cache TMA can read (16-byte aligned base and row strides)."""
+    and a cache and q_lat TMA can read (16-byte aligned bases and row strides)."""
     return (kv.is_cuda and torch.cuda.get_device_capability(kv.device)[0] == 9
             and q_lat.shape[-1] == 512 and kv.shape[-1] == 576 and kv.stride(-1) == 1 and q_lat.stride(-1) == 1
-            and kv.data_ptr() % 16 == 0 and all(st * kv.element_size() % 16 == 0 for st in kv.stride()[:-1]))
+            and all(t.data_ptr() % 16 == 0 and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1])
+                    for t in (kv, q_lat)))
 
 
 def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
@@ -321,18 +325,21 @@ def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
 
 def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
            nope: int, qk_scale: float, stages: int = 2):
-    """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel; the
-    cache's latent columns and its raw RoPE columns (the kernel rotates the keys) are read through
-    TMA descriptors cut at kv_len rows. 4 warps per partition, 12 in all: at 168 registers each
-    they fill the register file, and the partitions then rebalance them (CONSUMER_REGS)."""
+    """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel. Read and
+    written through TMA descriptors: the cache's latent columns and its raw RoPE columns (the kernel
+    rotates the keys), cut at kv_len rows; q_lat (H, bs, R), a program's 64 heads of one sequence;
+    o (bs, H, R), each warpgroup's 256 columns (unsplit). 4 warps per partition, 12 in all: at 168
+    registers each they fill the register file, and the partitions then rebalance them (CONSUMER_REGS)."""
     H, bs, R = q_lat.shape
     kv_desc = _descriptor(kv[:, :kv_len, :R], [1, BLOCK_N, R])
     kpe_desc = _descriptor(kv[:, :kv_len, R:], [1, BLOCK_N, kv.shape[-1] - R])
+    qlat_desc = _descriptor(q_lat, [BLOCK_H, 1, R])
+    o_desc = _descriptor(o.permute(1, 0, 2), [BLOCK_H, 1, R // 2])  # (H, bs, R), as q_lat
     split = splits > 1
     return _mla_decode_kernel[(triton.cdiv(H, BLOCK_H), bs, splits)](
-        kv_desc, kpe_desc, q_lat, q, cos, sin, o, opart, lse,
+        kv_desc, kpe_desc, qlat_desc, o_desc, q, cos, sin, opart, lse,
         H, kv_len, tiles_per_split, qk_scale,
-        q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), o.stride(0), o.stride(1),
+        q.stride(0), q.stride(1),
         opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
         lse.stride(0) if split else 0, lse.stride(1) if split else 0,
         NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168)
