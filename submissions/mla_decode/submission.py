@@ -7,8 +7,8 @@ cache as multi-query attention with all query heads sharing each cache row:
   y        = concat_h(o[h] @ W_uv[h]^T) @ wo^T                       (Triton bmm into wo's rows, cuBLAS)
 On a Hopper GPU the attention is the Gluon kernel of mla_decode_gluon.py (warp-specialised:
 two warpgroups take the cache tiles in turn for the scores and softmax, each adding P.V into its
-half of the output; cache tiles by TMA, the keys' RoPE rotated in the kernel; 2.3x the Triton
-kernel's speed at prefill 6144); the Triton kernel below runs everywhere else (other GPUs, other
+half of the output; cache tiles by TMA, the keys' RoPE rotated in the kernel; 2.1x the Triton
+kernel's speed at prefill 2048); the Triton kernel below runs everywhere else (other GPUs, other
 widths, the CPU interpreter).
 The Triton kernel loads each cache tile once for a block of 64 heads of a sequence,
 splits the context across programs when the batch is too small to fill the GPU, and a
@@ -250,7 +250,7 @@ def _head_bmm_kernel(a_ptr, b_ptr, c_ptr, M, K,
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
 # and could not take a second stage (1215 us). gluon: the Gluon kernel where it runs (Hopper, these
-# widths; it rotates the keys itself, no pass: 479 us at prefill 6144); the other keys are the Triton kernel's.
+# widths; it rotates the keys itself, no pass: 464 us at prefill 6144); the other keys are the Triton kernel's.
 CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stages": 2, "rope_pass": True,
           "gluon": True}
 _THETA: dict = {}
