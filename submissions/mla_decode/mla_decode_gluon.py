@@ -136,6 +136,24 @@ def _producer(kv_desc, kpe_desc, kv_s, kpe_s, ready, empty, b, n_start, n_tiles)
 
 
 @gluon.jit
+def _others_pv(p_s, x_s, p_full, phase, kv_s, sv, acc, l_i, rows_s: gl.constexpr, rows_o: gl.constexpr,
+               WG: gl.constexpr):
+    """The other warpgroup's published tile on this warpgroup's columns: once P is out (p_full), the
+    row sums and acc rescaled by its rescale, and P . c issued (P from shared memory, not waited
+    for). Returns the MMA's token, the row sums and the running max published with P."""
+    BN: gl.constexpr = kv_s.shape[2]
+    R: gl.constexpr = kv_s.shape[3]
+    HR: gl.constexpr = R // 2
+    mbarrier.wait(p_full.index(0), phase)
+    alpha = x_s.index(0).load(rows_s)
+    m_i = x_s.index(1).load(rows_s)
+    l_i = l_i * alpha
+    acc = acc * x_s.index(0).load(rows_o)[:, None]
+    c = kv_s.index(sv).reshape([BN, R]).slice(WG * HR, HR, dim=1)
+    return warpgroup_mma(p_s, c, acc, is_async=True), l_i, m_i
+
+
+@gluon.jit
 def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_bar, o_desc, opart_ptr, lse_ptr,
               cos_ptr, sin_ptr, kv_len, h0, b, split, H, n_start, n_end, n_tiles, qk_scale,
               s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
@@ -169,13 +187,7 @@ def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_
         # its P . c on these columns, issued before tile u's scores, which need tile u's load.
         sv = gl.maximum(u - 1, 0) % STAGES
         mbarrier.wait(ready.index(0), 0, pred=u == 0)
-        mbarrier.wait(p_full.index(0), u & 1)
-        alpha = x_s.index(0).load(rows_s)
-        m_i = x_s.index(1).load(rows_s)
-        l_i = l_i * alpha
-        acc = acc * x_s.index(0).load(rows_o)[:, None]
-        c_prev = kv_s.index(sv).reshape([BN, R]).slice(WG * HR, HR, dim=1)
-        pv_tok = warpgroup_mma(p_s, c_prev, acc, is_async=True)
+        pv_tok, l_i, m_i = _others_pv(p_s, x_s, p_full, u & 1, kv_s, sv, acc, l_i, rows_s, rows_o, WG)
         mbarrier.wait(ready.index(st), (u // STAGES) & 1)
         _rotate_keys(kpe_s.index(st).reshape([BN, ROPE]), trig, ROPE, 4)  # while P . c runs
         q_mine = q_s.index(_opaque(0)).reshape([BH, R])  # (the same for q's 36 descriptors)
@@ -204,13 +216,7 @@ def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_
     last = n_tiles - 1
     if (n_tiles > 0) & (last % 2 != WG):  # the other warpgroup had the last tile
         sv = last % STAGES
-        mbarrier.wait(p_full.index(0), n_tiles & 1)
-        alpha = x_s.index(0).load(rows_s)
-        m_i = x_s.index(1).load(rows_s)
-        l_i = l_i * alpha
-        acc = acc * x_s.index(0).load(rows_o)[:, None]
-        c_last = kv_s.index(sv).reshape([BN, R]).slice(WG * HR, HR, dim=1)
-        last_tok = warpgroup_mma(p_s, c_last, acc, is_async=True)
+        last_tok, l_i, m_i = _others_pv(p_s, x_s, p_full, n_tiles & 1, kv_s, sv, acc, l_i, rows_s, rows_o, WG)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(last_tok,))
         mbarrier.arrive(empty.index(sv), count=1)
     # The row sums: this warpgroup's tiles' plus the other's.
