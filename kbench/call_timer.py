@@ -10,7 +10,8 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
     gate: a spin kernel holds the stream                   |
     live inputs copied in on the stream                    |  the host enqueues all of
     prepare(live)  (the contract's own set-up)             |  this while the gate holds;
-    L2 flush: a buffer >= 2x L2 filled with NaN, freed     |  none of it is timed
+    L2 flush: lines kept with evict_last released, then    |  none of it is timed
+      a buffer >= 2x L2 filled with NaN, freed             |
     spacers of random size held (shift the outputs and     |
       temporaries, in both of the allocator's pools)       |
     lead-in: 0-8 tiny kernels (random count)               |
@@ -128,7 +129,11 @@ class CallTimer:
             self.query = torch.cuda.Event.query
             self.elapsed = torch.cuda.Event.elapsed_time
             self.spin = torch.cuda._sleep
+            from .l2_evict import release_persisting
+            self.release_persisting = release_persisting
+            self.l2_elems = torch.cuda.get_device_properties(device).L2_cache_size // 4
             self.lead_in_buf = self.empty(64, device=device)
+            self._flush_l2()   # compiles release_persisting's kernels before any submission is imported
             self.cycles_per_ms = self._spin_rate()
             self.settle_floor_ms = self._settle_floor()
 
@@ -203,8 +208,10 @@ class CallTimer:
 
     def _flush_l2(self) -> None:
         """Overwrite a buffer >= 2x L2 with NaN and free it: L2 holds none of the inputs, and
-        memory a later allocation may reuse holds NaN, not old answers."""
+        memory a later allocation may reuse holds NaN, not old answers. First the lines an
+        earlier call marked evict_last are released (l2_evict): normal stores never evict them."""
         scratch = self.empty(self.flush_elems, device=self.device)
+        self.release_persisting(scratch[:2 * self.l2_elems])
         self.fill(scratch, math.nan)
         del scratch
 
