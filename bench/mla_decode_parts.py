@@ -48,6 +48,9 @@ def steps(kernel, inputs: dict, prepare) -> dict:
         "Q down + up projection": (
             {"x": x2, "down": config.Q_proj_down_weight, "up": config.Q_proj_up_weight},
             lambda a: ((a["x"] @ a["down"].t()) @ a["up"].t(),)),
+        "Q up + absorption, fused (kernel.q_up_absorbed; None: not used at this shape)": (
+            {"x1": x2 @ config.Q_proj_down_weight.t(), "up": config.Q_proj_up_weight, "w": w},
+            lambda a: kernel.q_up_absorbed(a["x1"], a["up"], a["w"][:, :nope], H, nope, rope) or ()),
         "absorption bmm (q_nope -> latent)": (
             {"q": q, "w": w}, lambda a: (torch.bmm(a["q"][..., :nope].transpose(0, 1), a["w"][:, :nope]),)),
         "keys' RoPE pass (Triton kernel only)": (
