@@ -336,6 +336,35 @@ def test_values_to_rows_is_the_per_head_product_in_wo_layout():
     assert _run_interpreted(VALUES_TO_ROWS).split() == ["True"] * 8
 
 
+Q_UP_ABSORBED = f"""
+import importlib.util, torch
+s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
+sol = importlib.util.module_from_spec(s); s.loader.exec_module(sol)
+torch.manual_seed(0)
+for bs, dq, H, nope, rope, R in ((5, 48, 4, 32, 16, 64), (1, 32, 8, 16, 16, 64), (20, 64, 2, 32, 16, 128),
+                                 (130, 32, 2, 16, 16, 64), (3, 32, 2, 24, 16, 64)):
+    x1 = torch.randn(bs, dq).bfloat16()
+    wq = (torch.randn(H * (nope + rope), dq) / dq ** 0.5).bfloat16()
+    w_uk = (torch.randn(H, nope, R) / nope ** 0.5).bfloat16()
+    got = sol.q_up_absorbed(x1, wq, w_uk, H, nope, rope)
+    if got is None:  # past 128 sequences, or a width that is not a power of two: cuBLAS's path
+        print("fallback")
+        continue
+    q = (x1.float() @ wq.float().t()).bfloat16().view(bs, H, nope + rope)
+    want_lat = torch.bmm(q[..., :nope].transpose(0, 1).float(), w_uk.float()).bfloat16()
+    q_lat, q_pe = got
+    print(tuple(q_lat.shape) == (H, bs, R) and tuple(q_pe.shape) == (bs, H, rope),
+          ((q_lat.float() - want_lat.float()).abs().max() / want_lat.float().abs().max()).item() < 1e-2,
+          torch.equal(q_pe, q[..., nope:]))
+"""
+
+
+def test_q_up_absorbed_is_q_up_then_the_absorption():
+    # The fused kernel against the two products it replaces: a dq of 48 (16-wide steps), one
+    # sequence, 20 sequences (a 32-row block); past 128 sequences and with a nope width of 24 it
+    # declines and custom_kernel uses cuBLAS.
+    assert _run_interpreted(Q_UP_ABSORBED).split() == ["True"] * 9 + ["fallback"] * 2
+
 SPLITS_ON_AN_H100 = f"""
 import importlib.util, torch
 s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
