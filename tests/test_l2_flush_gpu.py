@@ -6,12 +6,11 @@ The timer's flush releases them first (kbench/l2_evict.py); this checks, on the 
 mark pays off without that release (so the check below can fail) and not with it.
 """
 import ctypes
+import functools
 import statistics
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from kbench.call_timer import CallTimer
 from kbench.timing import flush_bytes
@@ -23,22 +22,31 @@ PERSISTING_L2_LIMIT = 0x06            # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 MAX_PERSISTING_L2_ATTRIBUTE = 108     # CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE
 
 
-@triton.jit
-def _prefetch_l2(base, n_pieces, KEEP: tl.constexpr):
-    """Bulk L2 prefetch of 4 KB pieces, with the evict_last policy (KEEP) or the normal one."""
-    i = tl.program_id(0) * 128 + tl.arange(0, 128)
-    addr = base + i.to(tl.int64) * 4096
-    live = (i < n_pieces).to(tl.int32)
-    if KEEP:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .b64 pol; setp.ne.b32 p, $2, 0; "
-            "createpolicy.fractional.L2::evict_last.b64 pol, 1.0; "
-            "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], 4096, pol; mov.u32 $0, 0; }",
-            "=r,l,r", [addr, live], dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], 4096; mov.u32 $0, 0; }",
-            "=r,l,r", [addr, live], dtype=tl.int32, is_pure=False, pack=1)
+@functools.cache
+def _prefetch_l2():
+    """Bulk L2 prefetch of 4 KB pieces, with the evict_last policy (KEEP) or the normal one. Triton
+    is imported when a test runs, not at import: imported while pytest collects, before
+    test_block_sparse_attn.py sets TRITON_INTERPRET in-process, it broke that module's interpreted
+    kernels ("Cannot call @triton.jit'd outside of the scope of a kernel", in CI)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def prefetch(base, n_pieces, KEEP: tl.constexpr):
+        i = tl.program_id(0) * 128 + tl.arange(0, 128)
+        addr = base + i.to(tl.int64) * 4096
+        live = (i < n_pieces).to(tl.int32)
+        if KEEP:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b64 pol; setp.ne.b32 p, $2, 0; "
+                "createpolicy.fractional.L2::evict_last.b64 pol, 1.0; "
+                "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], 4096, pol; mov.u32 $0, 0; }",
+                "=r,l,r", [addr, live], dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], 4096; mov.u32 $0, 0; }",
+                "=r,l,r", [addr, live], dtype=tl.int32, is_pure=False, pack=1)
+    return prefetch
 
 
 def _caller(table, keep: bool):
@@ -48,7 +56,7 @@ def _caller(table, keep: bool):
 
     def invoke(args):
         out = table.sum().reshape(1)
-        _prefetch_l2[(triton.cdiv(n_pieces, 128),)](raw, n_pieces, KEEP=keep, num_warps=4)
+        _prefetch_l2()[(-(-n_pieces // 128),)](raw, n_pieces, KEEP=keep, num_warps=4)
         return (out,)
     return invoke
 

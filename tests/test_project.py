@@ -21,3 +21,19 @@ def test_requires_python_admits_no_interpreter_without_tomllib():
 
 def test_this_interpreter_satisfies_requires_python():
     assert sys.version_info[:2] >= _minimum_python()
+
+
+def test_no_test_module_imports_triton_at_import_time():
+    """test_block_sparse_attn.py runs Triton's interpreter in-process by setting TRITON_INTERPRET
+    before it loads the submission; a test module that imports triton while pytest collects (before
+    that) broke it ("Cannot call @triton.jit'd outside of the scope of a kernel")."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:   # module level only
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "triton" or n.startswith("triton.") for n in names):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
