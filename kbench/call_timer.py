@@ -130,7 +130,9 @@ class CallTimer:
             self.elapsed = torch.cuda.Event.elapsed_time
             self.spin = torch.cuda._sleep
             from .l2_evict import release_persisting
-            self.release_persisting = release_persisting
+            # Eviction priorities (and the persisting set-aside) came with Ampere; older cards have none to release.
+            ampere = torch.cuda.get_device_capability(device)[0] >= 8
+            self.release_persisting = release_persisting if ampere else (lambda buf: None)
             self.l2_elems = torch.cuda.get_device_properties(device).L2_cache_size // 4
             self.lead_in_buf = self.empty(64, device=device)
             self._flush_l2()   # compiles release_persisting's kernels before any submission is imported
