@@ -13,100 +13,145 @@ The stamps are inserted by matching the kernel's text: a kernel whose lines diff
 bundled one's fails with the line not found. Figures: docs/benchmarks-mla_decode.md, "The
 attention at short contexts, timed inside the kernel".
 """
+from __future__ import annotations
+
 import argparse
-import math, statistics, sys, tempfile, importlib.util
+import importlib.util
+import math
+import statistics
+import sys
+import tempfile
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import torch
-parser = argparse.ArgumentParser(description="mla_decode Gluon attention timeline")
-parser.add_argument("--dir", default="submissions/mla_decode")
-parser.add_argument("--kv-lens", default="129,513,1025")
-ARGS = parser.parse_args()
-DIR = ARGS.dir
-SRC = Path(DIR, "mla_decode_gluon.py").read_text()
+
+ROOT = Path(__file__).resolve().parents[1]
+
 NOW = 'gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)'
 SMID = 'gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)'
-SLOTS = 16
+SLOTS = 16   # int64 stamps per program
+# slot -> step; 0 is the entry, 9 the SM, 11 the program's tile count
+STEPS = {1: "prologue end", 2: "q ready (WG0)", 3: "tile0 ready", 4: "scores0 done", 5: "tiles done",
+         6: "l summed", 7: "o store in", 8: "o stored", 10: "WG1 stored"}
+H, R, ROPE, BS = 128, 512, 64, 128
 
-def rep(s, old, new, count=1):
-    assert s.count(old) == count, (old, s.count(old))
-    return s.replace(old, new)
 
-s = SRC
-# consumer: extra arg pp
-s = rep(s, "              s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,\n              SPLIT: gl.constexpr, WG: gl.constexpr):",
-        "              s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,\n              SPLIT: gl.constexpr, WG: gl.constexpr, pp):")
-s = rep(s, "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),", "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0, pp)),")
-s = rep(s, "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1)),", "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1, pp)),")
-def st(slot, cond="WG == 0", ind="    "):
-    return f"{ind}if {cond}:\n{ind}    gl.store(pp + {slot}, {NOW})\n"
-s = rep(s, "    mbarrier.wait(q_bar.index(0), 0)\n    for u in range(WG, n_tiles, 2):\n",
-        "    mbarrier.wait(q_bar.index(0), 0)\n" + st(2) + "    for u in range(WG, n_tiles, 2):\n")
-s = rep(s, "        mbarrier.wait(ready.index(st), (u // STAGES) & 1)\n",
-        "        mbarrier.wait(ready.index(st), (u // STAGES) & 1)\n" + st(3, "(WG == 0) & (u == 0)", "        "))
-s = rep(s, "        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))\n",
-        "        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))\n" + st(4, "(WG == 0) & (u == 0)", "        "))
-s = rep(s, "    # The row sums: this warpgroup's tiles' plus the other's.\n",
-        st(5) + "    # The row sums: this warpgroup's tiles' plus the other's.\n")
-s = rep(s, "    l_i = l_i + x_s.index(3 - WG).load(rows_s)\n", "    l_i = l_i + x_s.index(3 - WG).load(rows_s)\n" + st(6))
-s = rep(s, "        tma.store_wait(0)\n", st(7, ind="        ") + "        tma.store_wait(0)\n" + st(8, ind="        ") + st(10, "WG == 1", "        "))
-# kernel: pp arg, entry stamp, prologue end, smid
-s = rep(s, "SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr", "SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr, stamps=None")
-s = rep(s, "    h0 = gl.program_id(0) * BH\n",
-        "    pp = stamps + ((gl.program_id(2) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(0) + gl.program_id(0)) * "
-        f"{SLOTS}\n    gl.store(pp + 0, {NOW})\n    gl.store(pp + 9, {SMID}.to(gl.int64))\n    h0 = gl.program_id(0) * BH\n")
-s = rep(s, "    # The producer is the default partition,", f"    gl.store(pp + 1, {NOW})\n    gl.store(pp + 11, n_tiles.to(gl.int64))\n    # The producer is the default partition,")
-s = rep(s, "NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168", "NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168, stamps=STAMPS[0]")
-s = rep(s, "BLOCK_H = 64\n", "BLOCK_H = 64\nSTAMPS = [None]\n")
-d = Path(tempfile.mkdtemp())
-(d / "mla_decode_gluon.py").write_text(s)
-spec = importlib.util.spec_from_file_location("mla_decode_gluon", d / "mla_decode_gluon.py")
-G = importlib.util.module_from_spec(spec); sys.modules["mla_decode_gluon"] = G; spec.loader.exec_module(G)
-sys.path.insert(0, DIR)
-import submission as S
-assert S._gluon is G
-names = ["prologue end", "q ready (WG0)", "tile0 ready", "scores0 done", "tiles done", "l summed", "o store in", "o stored", "", "WG1 stored"]
-H, R, bs = 128, 512, 128
-flush = torch.empty(256 * 2**20 // 4, device="cuda")
-for kv_len in (int(k) for k in ARGS.kv_lens.split(",")):
-    torch.manual_seed(0)
-    q_lat = (torch.randn(H, bs, R, device="cuda") / 8).bfloat16()
-    q = torch.randn(bs, H, 64, device="cuda").bfloat16()
-    kv = torch.randn(bs, kv_len + 64, 576, device="cuda").bfloat16()
-    n_prog = 2 * bs * 1
-    G.STAMPS[0] = torch.zeros(n_prog * SLOTS, dtype=torch.int64, device="cuda")
-    ref = None
-    runs = []
-    for it in range(6):
-        flush.fill_(float("nan"))
-        G.STAMPS[0].zero_()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        o = S.mla_attention(q_lat, q, kv, kv_len, 0, 1.0 / math.sqrt(192))
-        e1.record(); torch.cuda.synchronize()
-        if it >= 2:
-            runs.append((G.STAMPS[0].view(n_prog, SLOTS).cpu(), e0.elapsed_time(e1) * 1e3))
-    print(f"\n== kv_len {kv_len}: events {[round(r[1], 1) for r in runs]} us; programs {n_prog}")
-    for t, ev in runs[:2]:
-        entry = t[:, 0]; t0 = entry.min().item()
-        end = torch.maximum(t[:, 8], t[:, 10])
-        print(f"  span first entry -> last store {(end.max().item() - t0) / 1e3:.1f} us (events {ev:.1f}); "
-              f"entries: first wave {(entry.sort().values[:132] - t0).float().median().item() / 1e3:.2f} us median, "
-              f"second wave from {(entry.sort().values[132] - t0).item() / 1e3:.2f} to {(entry.max().item() - t0) / 1e3:.2f} us")
-        order = entry.argsort()
-        for wave, idx in (("wave 1", order[:132]), ("wave 2", order[132:])):
-            tt = t[idx]
-            row = []
-            for slot, name in zip(range(1, 11), names):
-                if not name:
-                    continue
-                row.append(f"{name} {statistics.median(((tt[:, slot] - tt[:, 0]).float() / 1e3).tolist()):.2f}")
-            print(f"  {wave}: " + "; ".join(row) + f"; tiles {tt[0, 11].item()}")
-        # gap between a program's exit and the next program's entry on the same SM
-        sm = t[:, 9]; gaps = []
-        for s_ in sm.unique():
-            ps = t[sm == s_]
-            if len(ps) > 1:
-                ps = ps[ps[:, 0].argsort()]
-                gaps.append((ps[1, 0] - torch.maximum(ps[0, 8], ps[0, 10])).item() / 1e3)
-        print(f"  same SM, exit -> next entry: median {statistics.median(gaps):.2f} us, max {max(gaps):.2f} (n {len(gaps)})")
+def _stamp(slot: int, cond: str = "WG == 0", indent: str = "    ") -> str:
+    return f"{indent}if {cond}:\n{indent}    gl.store(pp + {slot}, {NOW})\n"
+
+
+def stamped(source: str) -> str:
+    """The Gluon kernel's source with the stamps of STEPS written to `stamps` (SLOTS per program)."""
+    s = source
+
+    def rep(old: str, new: str) -> None:
+        nonlocal s
+        if s.count(old) != 1:
+            raise SystemExit(f"mla_timeline: line not found once in the kernel: {old.strip()[:70]!r}")
+        s = s.replace(old, new)
+
+    rep("              SPLIT: gl.constexpr, WG: gl.constexpr):", "              SPLIT: gl.constexpr, WG: gl.constexpr, pp):")
+    rep("s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),", "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0, pp)),")
+    rep("s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1)),", "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 1, pp)),")
+    rep("    mbarrier.wait(q_bar.index(0), 0)\n    for u in range(WG, n_tiles, 2):\n",
+        "    mbarrier.wait(q_bar.index(0), 0)\n" + _stamp(2) + "    for u in range(WG, n_tiles, 2):\n")
+    rep("        mbarrier.wait(ready.index(st), (u // STAGES) & 1)\n",
+        "        mbarrier.wait(ready.index(st), (u // STAGES) & 1)\n" + _stamp(3, "(WG == 0) & (u == 0)", "        "))
+    rep("        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))\n",
+        "        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))\n" + _stamp(4, "(WG == 0) & (u == 0)", "        "))
+    rep("    # The row sums: this warpgroup's tiles' plus the other's.\n",
+        _stamp(5) + "    # The row sums: this warpgroup's tiles' plus the other's.\n")
+    rep("    l_i = l_i + x_s.index(3 - WG).load(rows_s)\n", "    l_i = l_i + x_s.index(3 - WG).load(rows_s)\n" + _stamp(6))
+    rep("        tma.store_wait(0)\n", _stamp(7, indent="        ") + "        tma.store_wait(0)\n"
+        + _stamp(8, indent="        ") + _stamp(10, "WG == 1", "        "))
+    rep("SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr",
+        "SPLIT: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr, stamps=None")
+    rep("    h0 = gl.program_id(0) * BH\n",
+        "    pp = stamps + ((gl.program_id(2) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(0)"
+        f" + gl.program_id(0)) * {SLOTS}\n    gl.store(pp + 0, {NOW})\n    gl.store(pp + 9, {SMID}.to(gl.int64))\n"
+        "    h0 = gl.program_id(0) * BH\n")
+    rep("    # The producer is the default partition,",
+        f"    gl.store(pp + 1, {NOW})\n    gl.store(pp + 11, n_tiles.to(gl.int64))\n    # The producer is the default partition,")
+    rep("NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168",
+        "NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168, stamps=STAMPS[0]")
+    rep("BLOCK_H = 64\n", "BLOCK_H = 64\nSTAMPS = [None]  # the stamps buffer of the next launch\n")
+    return s
+
+
+def load(directory: Path):
+    """(the submission module, its stamped Gluon module): the stamped copy is imported under the
+    Gluon module's name before the submission, which then launches it."""
+    folder = Path(tempfile.mkdtemp())
+    (folder / "mla_decode_gluon.py").write_text(stamped((directory / "mla_decode_gluon.py").read_text()))
+    spec = importlib.util.spec_from_file_location("mla_decode_gluon", folder / "mla_decode_gluon.py")
+    gluon_mod = importlib.util.module_from_spec(spec)
+    sys.modules["mla_decode_gluon"] = gluon_mod
+    spec.loader.exec_module(gluon_mod)
+    sys.path.insert(0, str(directory))
+    import submission
+    if submission._gluon is not gluon_mod:
+        raise SystemExit("mla_timeline: the submission did not take the stamped Gluon module")
+    return submission, gluon_mod
+
+
+def report(stamps, events_us: float, n_sms: int) -> None:
+    """One launch: its span, and per wave the median time of each step after a program's entry."""
+    entry = stamps[:, 0]
+    t0 = entry.min().item()
+    end = stamps[:, [8, 10]].max(1).values
+    first = entry.sort().values
+    print(f"  span first entry -> last store {(end.max().item() - t0) / 1e3:.1f} us (events {events_us:.1f}); "
+          f"entries: first wave {(first[:n_sms] - t0).float().median().item() / 1e3:.2f} us median, "
+          f"second wave from {(first[n_sms] - t0).item() / 1e3:.2f} to {(first[-1] - t0).item() / 1e3:.2f} us")
+    order = entry.argsort()
+    for wave, idx in (("wave 1", order[:n_sms]), ("wave 2", order[n_sms:])):
+        rows = stamps[idx]
+        steps = [f"{name} {statistics.median(((rows[:, slot] - rows[:, 0]).float() / 1e3).tolist()):.2f}"
+                 for slot, name in STEPS.items()]
+        print(f"  {wave}: " + "; ".join(steps) + f"; tiles {rows[0, 11].item()}")
+    gaps = []   # a program's exit to the next program's entry on the same SM
+    for sm in stamps[:, 9].unique():
+        on_sm = stamps[stamps[:, 9] == sm]
+        if len(on_sm) > 1:
+            on_sm = on_sm[on_sm[:, 0].argsort()]
+            gaps.append((on_sm[1, 0] - on_sm[0, [8, 10]].max()).item() / 1e3)
+    print(f"  same SM, exit -> next entry: median {statistics.median(gaps):.2f} us, max {max(gaps):.2f} (n {len(gaps)})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default="submissions/mla_decode")
+    parser.add_argument("--kv-lens", default="129,513,1025")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    import torch
+    if not torch.cuda.is_available():
+        print("mla_timeline: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    submission, gluon_mod = load(Path(args.dir))
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n_programs = math.ceil(H / gluon_mod.BLOCK_H) * BS   # one split: bs 128 fills the SMs
+    flush = torch.empty(256 * 2**20 // 4, device="cuda")
+    for kv_len in (int(k) for k in args.kv_lens.split(",")):
+        torch.manual_seed(0)
+        q_lat = (torch.randn(H, BS, R, device="cuda") / 8).bfloat16()
+        q = torch.randn(BS, H, ROPE, device="cuda").bfloat16()
+        kv = torch.randn(BS, kv_len + 64, R + ROPE, device="cuda").bfloat16()
+        gluon_mod.STAMPS[0] = torch.zeros(n_programs * SLOTS, dtype=torch.int64, device="cuda")
+        runs = []
+        for launch in range(6):
+            flush.fill_(float("nan"))
+            gluon_mod.STAMPS[0].zero_()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            submission.mla_attention(q_lat, q, kv, kv_len, 0, 1.0 / math.sqrt(192))
+            stop.record()
+            torch.cuda.synchronize()
+            if launch >= 2:
+                runs.append((gluon_mod.STAMPS[0].view(n_programs, SLOTS).cpu(), start.elapsed_time(stop) * 1e3))
+        print(f"\n== kv_len {kv_len}: events {[round(ev, 1) for _, ev in runs]} us; programs {n_programs}")
+        for stamps, events_us in runs[:2]:
+            report(stamps, events_us, n_sms)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
