@@ -522,3 +522,42 @@ def test_gpu_gluon_attention_agrees_with_triton_kernel(bs, H, kv_len):
     assert torch.isfinite(o_gluon).all()
     assert diff.max().item() <= 2e-2 + 2e-2 * o_triton.float().abs().max().item(), diff.max().item()
     assert diff.mean().item() < 1e-3, diff.mean().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gluon", [True, False], ids=["gluon", "triton"])
+@pytest.mark.parametrize("bs,H,kv_len", [(2, 128, 300), (128, 128, 129)])
+def test_gpu_rope_rounds_each_step_as_the_original(gluon, bs, H, kv_len):
+    """The kernels rotate q and the keys with the original's bf16 steps (each product rounded, then
+    the sum): the same attention, bit for bit, as on q and keys rotated beforehand by torch's bf16
+    arithmetic (the reference's `x * cos + rotate_half(x) * sin`) with the tables set to cos 1,
+    sin 0. A compiler that fuses a rounded product into the add (one rounding: a bf16 fma) fails it."""
+    entry = contract.load(ROOT / "submissions" / "mla_decode")
+    sol = sys.modules[entry.__module__]
+    if gluon and (sol._gluon is None or torch.cuda.get_device_capability()[0] != 9):
+        pytest.skip("the Gluon kernel runs on Hopper only")
+    g = torch.Generator(device="cuda").manual_seed(kv_len * 1000 + bs)
+    q_lat = torch.randn(H, bs, 512, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = torch.randn(bs, H, 192, device="cuda", dtype=torch.bfloat16, generator=g)
+    kv = torch.randn(bs, kv_len + 3, 576, device="cuda", dtype=torch.bfloat16, generator=g) * 0.5
+
+    def rotated(x, cos, sin):  # x (..., 64) bf16 at positions given by cos/sin (..., 32) bf16
+        x1, x2 = x[..., :32], x[..., 32:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    cos, sin = sol._trig_table(32, kv.shape[1], kv.device, torch.bfloat16)
+    q_rot, kv_rot = q.clone(), kv.clone()
+    q_rot[..., 128:] = rotated(q[..., 128:], cos[kv_len - 1], sin[kv_len - 1])
+    kv_rot[..., 512:] = rotated(kv[..., 512:], cos[None], sin[None])  # row n at position n
+    saved, trig = dict(sol.CONFIG), sol._trig_table
+    try:
+        sol.CONFIG["gluon"] = gluon
+        o = sol.mla_attention(q_lat, q, kv, kv_len, 128, 1 / math.sqrt(192))
+        sol._trig_table = lambda half, n_pos, device, dtype=torch.float32: (
+            torch.ones(n_pos, half, device=device, dtype=dtype), torch.zeros(n_pos, half, device=device, dtype=dtype))
+        o_pre = sol.mla_attention(q_lat, q_rot, kv_rot, kv_len, 128, 1 / math.sqrt(192))
+    finally:
+        sol.CONFIG.clear()
+        sol.CONFIG.update(saved)
+        sol._trig_table = trig
+    assert torch.equal(o, o_pre), (o.float() - o_pre.float()).abs().max().item()

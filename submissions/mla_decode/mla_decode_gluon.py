@@ -40,15 +40,18 @@ CONSUMER_REGS = gl.constexpr(240)  # each consumer; the producer keeps 3 x 168 -
 
 
 @gluon.jit
-def _bf16(x):
-    return x.to(gl.bfloat16).to(gl.float32)
-
-
-@gluon.jit
-def _rotated(x, partner, c, s):
-    """One rotate-half RoPE output with the original's bf16 steps: bf16(bf16(x c) + bf16(partner s)),
-    partner being the other half's value with its sign (-x_b for the first half, x_a for the second)."""
-    return _bf16(_bf16(x * c) + _bf16(partner * s))
+def _rotated(x, partner, c, s, FIRST_HALF: gl.constexpr):
+    """One half of a rotate-half RoPE output with the original's bf16 steps, on bf16 tensors:
+    bf16(bf16(x c) - bf16(partner s)) for the first half, bf16(bf16(x c) + bf16(partner s)) for the
+    second. Written as bf16x2 instructions with explicit rounding (mul.rn, sub.rn/add.rn), which the
+    compiler may not fuse: from fp32 arithmetic with bf16 round trips it made bf16 fmas, one rounding
+    where the original makes two (the GPU test test_gpu_rope_rounds_each_step_as_the_original).
+    The sum of two bf16 values rounded once equals the original's fp32 sum rounded to bf16."""
+    if FIRST_HALF:
+        asm: gl.constexpr = "{ .reg .b32 a, b; mul.rn.bf16x2 a, $1, $2; mul.rn.bf16x2 b, $3, $4; sub.rn.bf16x2 $0, a, b; }"
+    else:
+        asm: gl.constexpr = "{ .reg .b32 a, b; mul.rn.bf16x2 a, $1, $2; mul.rn.bf16x2 b, $3, $4; add.rn.bf16x2 $0, a, b; }"
+    return gl.inline_asm_elementwise(asm, "=r,r,r,r,r", [x, c, partner, s], dtype=gl.bfloat16, is_pure=True, pack=2)
 
 
 @gluon.jit
@@ -62,22 +65,20 @@ def _load_tile(kv_desc, kpe_desc, b, n0, bar, kv_buf, kpe_buf):
 @gluon.jit
 def _rope_queries(qpe_s, q_ptr, cos_ptr, sin_ptr, b, h0, H, pos_q, s_q_b, s_q_h,
                   NOPE: gl.constexpr, ROPE: gl.constexpr, BLOCK_H: gl.constexpr, num_warps: gl.constexpr):
-    """q's RoPE part of heads h0.., rotated at pos_q (bf16 steps), into qpe_s."""
+    """q's RoPE part of heads h0.., rotated at pos_q (bf16 steps), into qpe_s: rotate-half, column j of
+    the first half pairing with j + HALF."""
     HALF: gl.constexpr = ROPE // 2
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    ld: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [num_warps, 1], [1, 0])
     heads = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ld))
     hmask = heads[:, None] < H
-    # Rotate-half RoPE over the whole row: column j pairs with j +- HALF, sign - on the first half.
-    j = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ld))
-    partner = (j + HALF) % ROPE
-    sign = gl.where(j < HALF, -1.0, 1.0)
+    j = gl.arange(0, HALF, layout=gl.SliceLayout(0, ld))
     row = q_ptr + b * s_q_b + heads[:, None] * s_q_h + NOPE
-    x = gl.load(row + j[None, :], mask=hmask, other=0.0).to(gl.float32)
-    xp = gl.load(row + partner[None, :], mask=hmask, other=0.0).to(gl.float32)
-    c = gl.load(cos_ptr + pos_q * HALF + j % HALF).to(gl.float32)
-    s = gl.load(sin_ptr + pos_q * HALF + j % HALF).to(gl.float32)
-    rot = _rotated(x, sign[None, :] * xp, c[None, :], s[None, :])
-    qpe_s.store(rot.to(gl.bfloat16))
+    xa = gl.load(row + j[None, :], mask=hmask, other=0.0)
+    xb = gl.load(row + HALF + j[None, :], mask=hmask, other=0.0)
+    c = gl.load(cos_ptr + pos_q * HALF + j)[None, :]
+    s = gl.load(sin_ptr + pos_q * HALF + j)[None, :]
+    qpe_s.slice(0, HALF, dim=1).store(_rotated(xa, xb, c, s, True))
+    qpe_s.slice(HALF, HALF, dim=1).store(_rotated(xb, xa, c, s, False))
 
 
 @gluon.jit
@@ -98,14 +99,14 @@ def _rotate_keys(kpe, trig, ROPE: gl.constexpr, num_warps: gl.constexpr):
     as _rope_keys_kernel does), then makes them visible to the warpgroup MMAs."""
     HALF: gl.constexpr = ROPE // 2
     ld: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [num_warps, 1], [1, 0])
-    c = trig[0].to(gl.float32)
-    s = trig[1].to(gl.float32)
+    c = trig[0]
+    s = trig[1]
     lo = kpe.slice(0, HALF, dim=1)
     hi = kpe.slice(HALF, HALF, dim=1)
-    xa = lo.load(ld).to(gl.float32)
-    xb = hi.load(ld).to(gl.float32)
-    lo.store(_rotated(xa, -xb, c, s).to(gl.bfloat16))
-    hi.store(_rotated(xb, xa, c, s).to(gl.bfloat16))
+    xa = lo.load(ld)
+    xb = hi.load(ld)
+    lo.store(_rotated(xa, xb, c, s, True))
+    hi.store(_rotated(xb, xa, c, s, False))
     fence_async_shared()
     gl.thread_barrier()
 
