@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kernel_stamps import NOW, SourceEdit  # bench/ is the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -27,7 +29,6 @@ STEPS = ["next start", "K0 landed", "S0 issued", "softmax0", "blocks done", "las
          "last PV done", "o store in", "P:published", "P:V0 fp16"]
 SLOTS = 200          # int64 stamps per program
 TILES = 15           # tiles stamped per program, 12 fields each from slot 8
-NOW = 'gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)'
 
 
 def _stamp(field: int, indent: str, cond: str = "WG == 0") -> str:
@@ -38,13 +39,7 @@ def _stamp(field: int, indent: str, cond: str = "WG == 0") -> str:
 def stamped(source: str) -> str:
     """The kernel's source with the stamps: per program 0 entry, 1 exit, 4 tiles; per tile
     (8 + 12 k + field) 0 start, 1 n, 2-9 the consumer's steps, 10-11 the producer's."""
-    s = source
-
-    def rep(old: str, new: str) -> None:
-        nonlocal s
-        if s.count(old) != 1:
-            raise SystemExit(f"bsa_timeline: line not found once in the kernel: {old.strip()[:70]!r}")
-        s = s.replace(old, new)
+    rep = SourceEdit(source, "bsa_timeline")
 
     rep("lse_ptr, T_MAX, qk_scale, WG: gl.constexpr):", "lse_ptr, T_MAX, qk_scale, WG: gl.constexpr, pp):")
     rep("o_ptr, lse_ptr, T_MAX, qk_scale, 0)),", "o_ptr, lse_ptr, T_MAX, qk_scale, 0, pp)),")
@@ -94,7 +89,7 @@ def stamped(source: str) -> str:
         f"    gl.store(pp, {NOW})\n    q_s =")
     rep("N_RUNTIME_ARGS = 15", "N_RUNTIME_ARGS = 16\nPROF = None")
     rep("            stages, K_STAGES, Q_BUFFERS, 4)", "            PROF, stages, K_STAGES, Q_BUFFERS, 4)")
-    return s
+    return rep.source
 
 
 def main() -> int:

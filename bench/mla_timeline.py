@@ -23,10 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kernel_stamps import NOW, SMID, SourceEdit  # bench/ is the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
-NOW = 'gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)'
-SMID = 'gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)'
 SLOTS = 16   # int64 stamps per program
 # slot -> step; 0 is the entry, 9 the SM, 11 the program's tile count
 STEPS = {1: "prologue end", 2: "q ready (WG0)", 3: "tile0 ready", 4: "scores0 done", 5: "tiles done",
@@ -40,13 +40,7 @@ def _stamp(slot: int, cond: str = "WG == 0", indent: str = "    ") -> str:
 
 def stamped(source: str) -> str:
     """The Gluon kernel's source with the stamps of STEPS written to `stamps` (SLOTS per program)."""
-    s = source
-
-    def rep(old: str, new: str) -> None:
-        nonlocal s
-        if s.count(old) != 1:
-            raise SystemExit(f"mla_timeline: line not found once in the kernel: {old.strip()[:70]!r}")
-        s = s.replace(old, new)
+    rep = SourceEdit(source, "mla_timeline")
 
     rep("              SPLIT: gl.constexpr, WG: gl.constexpr):", "              SPLIT: gl.constexpr, WG: gl.constexpr, pp):")
     rep("s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0)),", "s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b, SPLIT, 0, pp)),")
@@ -73,7 +67,7 @@ def stamped(source: str) -> str:
     rep("NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168",
         "NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168, stamps=STAMPS[0]")
     rep("BLOCK_H = 64\n", "BLOCK_H = 64\nSTAMPS = [None]  # the stamps buffer of the next launch\n")
-    return s
+    return rep.source
 
 
 def load(directory: Path):
