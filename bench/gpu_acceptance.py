@@ -201,6 +201,11 @@ def main() -> int:
     start = time.perf_counter()
     suites = args.suites.split(",")
     tasks = [t for t in args.tasks.split(",") if t]
+    unknown = sorted(set(tasks) - set(TASKS)) + sorted(set(suites) - {"quick", "full"})
+    if unknown:
+        ap.error(f"unknown task or suite: {', '.join(unknown)}")
+    if not tasks and args.skip_tests:
+        ap.error('nothing to check: --tasks "" runs only the GPU tests, which --skip-tests leaves out')
     for task in tasks:
         if "quick" in suites:
             plain = crosscheck(task, args.out, table)

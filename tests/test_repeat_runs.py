@@ -3,6 +3,8 @@ import importlib.util
 import json
 import math
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -97,6 +99,20 @@ def test_a_run_file_that_cannot_be_read_costs_the_acceptance_row_nothing(tmp_pat
     broken.write_text("{not json")
     assert acceptance.process_spread([broken] * 3).startswith("; processes: not read (JSONDecodeError")
 
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--skip-tests", "--tasks", ""], "nothing to check"),
+    (["--tasks", "qknrm"], "unknown task or suite: qknrm"),
+    (["--suites", "quick,ful"], "unknown task or suite: ful"),
+])
+def test_the_acceptance_refuses_a_call_with_nothing_or_something_unknown_to_check(tmp_path, argv, says):
+    """Such a call used to run nothing and crash on an empty table (acc63b, first try)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_acceptance.py"), "--out", str(tmp_path)] + argv,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert says in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "acceptance.txt").exists()
 
 def _pool_run(offsets: dict[int, float], order) -> dict:
     """Eight cases timed two processes a case in the given ``order`` of process pairs."""
