@@ -31,9 +31,9 @@ SLOTS = 200          # int64 stamps per program
 TILES = 15           # tiles stamped per program, 12 fields each from slot 8
 
 
-def _stamp(field: int, indent: str, cond: str = "WG == 0") -> str:
-    return (f"{indent}if {cond}:\n{indent}    if tiles < {TILES}:\n"
-            f"{indent}        gl.store(pp + 8 + 12 * tiles + {field}, {NOW})\n")
+def _stamp(field: int, indent: str, cond: str = "WG == 0", tile: str = "tiles") -> str:
+    return (f"{indent}if {cond}:\n{indent}    if {tile} < {TILES}:\n"
+            f"{indent}        gl.store(pp + 8 + 12 * ({tile}) + {field}, {NOW})\n")
 
 
 def stamped(source: str) -> str:
@@ -72,13 +72,12 @@ def stamped(source: str) -> str:
     rep("            tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)\n",
         "            tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)\n"
         + _stamp(9, "            "))
-    rep("            _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), bh, q_start, seq_len, n, T_MAX)\n"
-        "        if tiles == 0:",
-        "            _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), bh, q_start, seq_len, n, T_MAX)\n"
-        + _stamp(10, "            ", "True") + "        if tiles == 0:")
-    rep("                mbarrier.arrive(v16_bar.index(sv), count=1)\n        if n == 0:",
+    publish = ("                _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), nxt[0], nxt[1], nxt[2],\n"
+               "                         gl.where(taken < n_tiles, nxt[4], -1), T_MAX)\n")
+    rep(publish, publish + _stamp(10, "                ", "True", "tiles + 1"))  # the next tile's
+    rep("                mbarrier.arrive(v16_bar.index(sv), count=1)\n            if i == take_at:",
         "                mbarrier.arrive(v16_bar.index(sv), count=1)\n                if i == 1:\n"
-        + _stamp(11, "                    ", "True") + "        if n == 0:")
+        + _stamp(11, "                    ", "True") + "            if i == take_at:")
     rep("    tma.store_wait(0)\n\n\n@gluon.jit(do_not",
         f"    tma.store_wait(0)\n    if WG == 0:\n        gl.store(pp + 1, {NOW})\n"
         "        gl.store(pp + 4, tiles.to(gl.int64))\n\n\n@gluon.jit(do_not")

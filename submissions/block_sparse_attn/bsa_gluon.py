@@ -21,10 +21,10 @@ one of two buffers, beside a slot with the tile's place; K and V of each block i
 and 3, their counters running on across tiles) and converts V; the two consumer warpgroups take
 turns (an mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's
 P.V, and each runs its softmax while the other's MMAs run. o leaves through the tile's query
-buffer and a TMA store that is waited for only at the next tile. The next tile is taken and its
-row read while the current one's first block loads, so between two tiles of a program there is
-~0.2 us (one program per tile: 0.4 us between CTAs, plus ~2 us of row reads and first loads
-inside each). Against one program per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER
+buffer and a TMA store that is waited for only at the next tile. The next tile is taken, its row
+read and its query block loaded at the current row's third step, where the producer would wait for
+a ring slot anyway, so between two tiles of a program there is ~0.2-0.4 us (one program per tile:
+0.4 us between CTAs, plus ~2 us of row reads and first loads inside each). Against one program per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER
 (9/9 cases), quick 1.014 UNSURE, with bit-identical outputs (docs/benchmarks-block_sparse_attn.md;
 a static round-robin deal was faster on full but its times moved 2.3% between runs). A single
 partition of 8 warps in lockstep was 25% slower.
@@ -136,22 +136,23 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     programs = gl.num_programs(0)
     kv = 0
     tiles = 0
-    # A program's first tile is dealt (its id), each next one taken from the counter once the current
-    # tile's first loads are out (the atomic waits for its answer; there the producer only waits for
-    # V), and that tile's row read then too, so neither latency falls between two tiles.
+    # A program's first tile is dealt (its id). Each next one is taken from the counter, its row read and
+    # the tile published (its place and query block) at the current row's third step (its second on
+    # a row of 1-2 blocks, its only one on a padded tile): there the producer would wait for a ring
+    # slot anyway, while the atomic and the row reads wait for their answers where they stand. Not at
+    # the first step: the consumers' first P.V waits for the first V, which is converted after it.
+    # The next tile's query block then lands while this one runs; its first column is read at the
+    # row's last step.
     tile = gl.program_id(0)
     cur = _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM)  # read again (the prologue's stays there), from L2
     col_next = 0
     while tile < n_tiles:
-        taken = n_tiles  # both set at i == 0 below (the loop runs at least once)
+        taken = n_tiles  # both set at i == take_at below (the loop runs at least once)
         nxt = cur
         bh, q_start, seq_len, start, n = cur
         base = bh * T_MAX
         cols = col_idx + bh.to(gl.int64) * NNZ + start
-        if tiles > 0:  # (the first tile's went out in the kernel's prologue)
-            qi = tiles % QBUF
-            mbarrier.wait(q_empty.index(qi), ((tiles // QBUF) & 1) ^ 1)
-            _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), bh, q_start, seq_len, n, T_MAX)
+        take_at = gl.maximum(gl.minimum(n - 1, 2), gl.minimum(n, 1))
         if tiles == 0:  # the first tile's first block, read once its query block is on its way
             col_next = gl.load(cols, mask=n > 0, other=0)
         for i in range(n + 1):
@@ -167,11 +168,6 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
                 mbarrier.wait(v_empty.index(sv), ((j // VST) & 1) ^ 1)
                 mbarrier.expect(v_bar.index(sv), v_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(v_desc, [row0, 0], v_bar.index(sv), v_s.index(sv))
-            if i == 0:
-                taken = programs + gl.atomic_add(counter, 1)
-                nxt = _tile(taken, n_tiles, row_ptr, seq_lens, H, NQB, BM)
-            if i == n - 1:  # the next tile's first block
-                col_next = gl.load(col_idx + nxt[0].to(gl.int64) * NNZ + nxt[3], mask=nxt[4] > 0, other=0)
             if i > 0:  # block i-1's V, behind block i's loads
                 j = kv + i - 1
                 sv = j % VST
@@ -180,15 +176,19 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
                 fence_async_shared()
                 gl.thread_barrier()
                 mbarrier.arrive(v16_bar.index(sv), count=1)
-        if n == 0:
-            col_next = gl.load(col_idx + nxt[0].to(gl.int64) * NNZ + nxt[3], mask=nxt[4] > 0, other=0)
+            if i == take_at:  # the next tile, or "no more tiles", into the other query buffer
+                taken = programs + gl.atomic_add(counter, 1)
+                nxt = _tile(taken, n_tiles, row_ptr, seq_lens, H, NQB, BM)
+                qi = (tiles + 1) % QBUF
+                mbarrier.wait(q_empty.index(qi), (((tiles + 1) // QBUF) & 1) ^ 1)
+                _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), nxt[0], nxt[1], nxt[2],
+                         gl.where(taken < n_tiles, nxt[4], -1), T_MAX)
+            if i == gl.maximum(n - 1, take_at):  # the next tile's first block (this row's columns all read)
+                col_next = gl.load(col_idx + nxt[0].to(gl.int64) * NNZ + nxt[3], mask=nxt[4] > 0, other=0)
         kv += n
         tiles += 1
         tile = taken
         cur = nxt
-    qi = tiles % QBUF
-    mbarrier.wait(q_empty.index(qi), ((tiles // QBUF) & 1) ^ 1)
-    _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), 0, 0, 0, -1, T_MAX)  # no more tiles
     if gl.atomic_add(counter + 1, 1) == programs - 1:  # every program has taken its last tile
         gl.atomic_xchg(counter, 0)
         gl.atomic_xchg(counter + 1, 0)
@@ -306,7 +306,8 @@ def _ws_consumer(q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, 
             gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
             # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store,
             # waited for at the next tile
-            q_mine.store(gl.where(live[:, None], acc / l_i[:, None], 0.0).to(gl.bfloat16))
+            inv = gl.where(live, 1.0 / l_i, 0.0)  # per row: acc / l is acc * rcp(l) on the GPU (l in [1, 2^13])
+            q_mine.store((acc * inv[:, None] + 0.0).to(gl.bfloat16))  # + 0.0: padded rows' zeros stay positive
             fence_async_shared()
             gl.thread_barrier()
             tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)
