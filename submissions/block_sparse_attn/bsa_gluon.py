@@ -22,12 +22,13 @@ and 3, their counters running on across tiles) and converts V; the two consumer 
 turns (an mbarrier ping-pong, FA3's schedule) to issue a block's scores and the previous block's
 P.V, and each runs its softmax while the other's MMAs run. o leaves through the tile's query
 buffer and a TMA store that is waited for only at the next tile. The next tile is taken, its row
-read and its query block loaded at the current row's third step, where the producer would wait for
-a ring slot anyway, so between two tiles of a program there is ~0.2-0.4 us (one program per tile:
-0.4 us between CTAs, plus ~2 us of row reads and first loads inside each). Against one program per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER
-(9/9 cases), quick 1.014 UNSURE, with bit-identical outputs (docs/benchmarks-block_sparse_attn.md;
-a static round-robin deal was faster on full but its times moved 2.3% between runs). A single
-partition of 8 warps in lockstep was 25% slower.
+read and its query block loaded at the current row's third step, where the producer would wait
+for a ring slot anyway, so between two tiles of a program there is ~0.2 us (one program per tile:
+0.4 us between CTAs, plus ~2 us of row reads and first loads inside each). Against one program
+per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER (9/9 cases), quick 1.014 UNSURE,
+with bit-identical outputs (docs/benchmarks-block_sparse_attn.md; a static round-robin deal was
+faster on full but its times moved 2.3% between runs). A single partition of 8 warps in lockstep
+was 25% slower.
 
 The numbers are submission.py's Triton kernel's (PV_MODE = DIAG_MODE = "fp16", whose comment
 says why): q.k^T of bf16 inputs accumulated in fp32, P and V in fp16 for P.V, o rounded to bf16
@@ -306,8 +307,10 @@ def _ws_consumer(q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, 
             gl.store(lse_ptr + base + q_rows, gl.where(live, (m_i + gl.log2(l_i)) / LOG2E, float("-inf")))
             # o through this warpgroup's half of the query buffer (its scores are all done) and a TMA store,
             # waited for at the next tile
-            inv = gl.where(live, 1.0 / l_i, 0.0)  # per row: acc / l is acc * rcp(l) on the GPU (l in [1, 2^13])
-            q_mine.store((acc * inv[:, None] + 0.0).to(gl.bfloat16))  # + 0.0: padded rows' zeros stay positive
+            # One reciprocal a row, not a division an element: the same bits (l >= 1, where the GPU's acc / l
+            # is acc * rcp(l)) in ~300 fewer instructions a warpgroup, which the tile's end waited to fetch.
+            inv = gl.where(live, 1.0 / l_i, 0.0)
+            q_mine.store((acc * inv[:, None] + 0.0).to(gl.bfloat16))  # + 0.0: padded rows' zeros stay +0
             fence_async_shared()
             gl.thread_barrier()
             tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)
