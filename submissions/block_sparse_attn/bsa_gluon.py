@@ -12,9 +12,10 @@ V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 
 it read).
 
 The kernel is persistent and warp-specialised: one program per SM takes tiles until none are
-left, in order from a counter in device memory (a program slowed down, or dealt long rows, takes
-fewer; each launch's last program sets the counter back to zero). A tile's place needs no memory
-read: (batch, head) after (batch, head), each one's query blocks from the last to the first
+left. The first three quarters are dealt round-robin, with no atomic; the rest come in order from
+a counter in device memory (a program slowed down, or dealt long rows, takes fewer of those; each
+launch's last program sets the counter back to zero). A tile's place needs no memory read:
+(batch, head) after (batch, head), each one's query blocks from the last to the first
 (padded ones, past the sequence's end, cost next to nothing and are written o = 0 by the
 consumers). A producer warpgroup takes the tiles and issues the TMA loads (the query block into
 one of two buffers, beside a slot with the tile's place; K and V of each block into rings of 2
@@ -120,8 +121,9 @@ def _publish(q_desc, q_buf, info_slot, q_bar, bh, q_start, seq_len, n, T_MAX):
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
                  v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
-    """The scheduler and the TMA loads. Tiles are taken in order from a counter shared by the programs,
-    so a program slowed down, or dealt long rows, takes fewer. Per tile: its place into the info slot
+    """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last quarter, taken in
+    order from a counter shared by the programs, so a program slowed down, or dealt long rows, takes
+    fewer of those. Per tile: its place into the info slot
     of a free query buffer and its query block into that buffer (once both consumers' o store of the
     tile that last used it has left), then each key block's K and V as soon as both consumers are
     done with the K or V that held the slot; each V block converted to fp16 in place once it has
@@ -135,10 +137,13 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     NQB = T_MAX // BM
     n_tiles = NQB * H * B
     programs = gl.num_programs(0)
+    # The first three quarters of the tiles (a multiple of the programs) are dealt round-robin, with no
+    # atomic; the rest come from the counter, so a program slowed down still takes fewer.
+    static_tiles = (n_tiles * 3 // 4) // programs * programs
     kv = 0
     tiles = 0
-    # A program's first tile is dealt (its id). Each next one is taken from the counter, its row read and
-    # the tile published (its place and query block) at the current row's third step (its second on
+    # A program's first tile is dealt (its id). Each next one is dealt or taken from the counter, its row
+    # read and the tile published (its place and query block) at the current row's third step (its second on
     # a row of 1-2 blocks, its only one on a padded tile): there the producer would wait for a ring
     # slot anyway, while the atomic and the row reads wait for their answers where they stand. Not at
     # the first step: the consumers' first P.V waits for the first V, which is converted after it.
@@ -178,7 +183,10 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
                 gl.thread_barrier()
                 mbarrier.arrive(v16_bar.index(sv), count=1)
             if i == take_at:  # the next tile, or "no more tiles", into the other query buffer
-                taken = programs + gl.atomic_add(counter, 1)
+                if tile + programs < static_tiles:
+                    taken = tile + programs
+                else:
+                    taken = gl.maximum(static_tiles, programs) + gl.atomic_add(counter, 1)
                 nxt = _tile(taken, n_tiles, row_ptr, seq_lens, H, NQB, BM)
                 qi = (tiles + 1) % QBUF
                 mbarrier.wait(q_empty.index(qi), (((tiles + 1) // QBUF) & 1) ^ 1)
