@@ -121,14 +121,14 @@ def _publish(q_desc, q_buf, info_slot, q_bar, bh, q_start, seq_len, n, T_MAX):
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
                  v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
-    """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last quarter, taken in
-    order from a counter shared by the programs, so a program slowed down, or dealt long rows, takes
-    fewer of those. Per tile: its place into the info slot
-    of a free query buffer and its query block into that buffer (once both consumers' o store of the
-    tile that last used it has left), then each key block's K and V as soon as both consumers are
-    done with the K or V that held the slot; each V block converted to fp16 in place once it has
-    landed. Then an info slot saying "no more". The last program out sets the counter back to zero
-    for the next call."""
+    """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last quarter, taken
+    in order from a counter shared by the programs, so a program slowed down, or dealt long rows,
+    takes fewer of those. Per tile: its place into the info slot of a free query buffer and its
+    query block into that buffer (once both consumers' o store of the tile that last used it has
+    left), then each key block's K and V as soon as both consumers are done with the K or V that
+    held the slot; each V block converted to fp16 in place once it has landed. Past the last tile,
+    an info slot saying "no more", published the same way. The last program out sets the counter
+    back to zero for the next call."""
     QBUF: gl.constexpr = q_s.shape[0]
     KST: gl.constexpr = k_s.shape[0]
     VST: gl.constexpr = v_s.shape[0]
@@ -142,13 +142,13 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     static_tiles = (n_tiles * 3 // 4) // programs * programs
     kv = 0
     tiles = 0
-    # A program's first tile is dealt (its id). Each next one is dealt or taken from the counter, its row
-    # read and the tile published (its place and query block) at the current row's third step (its second on
-    # a row of 1-2 blocks, its only one on a padded tile): there the producer would wait for a ring
-    # slot anyway, while the atomic and the row reads wait for their answers where they stand. Not at
-    # the first step: the consumers' first P.V waits for the first V, which is converted after it.
-    # The next tile's query block then lands while this one runs; its first column is read at the
-    # row's last step.
+    # A program's first tile is dealt (its id). Each next one is dealt or taken from the counter, its
+    # row read and the tile published (its place and query block) at the current row's third step
+    # (its second on a row of 1-2 blocks, its only one on a padded tile): there the producer would
+    # wait for a ring slot anyway, while the atomic and the row reads wait for their answers where
+    # they stand. Not at the first step: the consumers' first P.V waits for the first V, which is
+    # converted after it. The next tile's query block then lands while this one runs; its first
+    # column is read at the row's last step.
     tile = gl.program_id(0)
     cur = _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM)  # read again (the prologue's stays there), from L2
     col_next = 0
