@@ -199,7 +199,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     table = Table()
     start = time.perf_counter()
-    suites = args.suites.split(",")
+    suites = [s for s in args.suites.split(",") if s]
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = sorted(set(tasks) - set(TASKS)) + sorted(set(suites) - {"quick", "full"})
     if unknown:
