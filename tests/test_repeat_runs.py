@@ -100,7 +100,6 @@ def test_a_run_file_that_cannot_be_read_costs_the_acceptance_row_nothing(tmp_pat
     assert acceptance.process_spread([broken] * 3).startswith("; processes: not read (JSONDecodeError")
 
 
-
 @pytest.mark.parametrize("argv, says", [
     (["--skip-tests", "--tasks", ""], "nothing to check"),
     (["--tasks", "qknrm"], "unknown task or suite: qknrm"),
@@ -113,6 +112,7 @@ def test_the_acceptance_refuses_a_call_with_nothing_or_something_unknown_to_chec
     assert proc.returncode == 2
     assert says in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "acceptance.txt").exists()
+
 
 def _pool_run(offsets: dict[int, float], order) -> dict:
     """Eight cases timed two processes a case in the given ``order`` of process pairs."""
