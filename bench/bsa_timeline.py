@@ -9,7 +9,9 @@ tile's start (its place and query block arrived): the next tile's start, the fir
 the first scores issued, their softmax done, the row's other blocks done, the last V block
 converted, the last P.V issued and done, o's store issued; the producer's publishing of the tile
 (negative: before the consumers took it) and its first V block converted. The first tile of each
-program (a cold start) and the last stamped are left out. The stamps are inserted by matching the
+program (a cold start) and the last stamped are left out; a padded tile (n = 0) gets its next start
+only. Per case also: a program's entry to its first tile's start, and when the programs exit (the
+tail). The stamps are inserted by matching the
 kernel's text: a kernel whose lines differ from the bundled one's fails with the line not found.
 Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
 """
@@ -96,6 +98,8 @@ def main() -> int:
     ap.add_argument("--dir", default=str(ROOT / "submissions" / "block_sparse_attn"))
     ap.add_argument("--cases", default="full-window-1,full-retrieval-3")
     args = ap.parse_args()
+    import warnings
+
     import numpy as np
     import torch
 
@@ -115,7 +119,7 @@ def main() -> int:
                            device="cuda")
         mod.PROF = prof
         rows: dict[int, list] = {}
-        spans = []
+        spans, firsts, ends = [], [], []
         for _ in range(6):
             flush.zero_()
             prof.zero_()
@@ -124,20 +128,26 @@ def main() -> int:
             p = prof.view(-1, SLOTS).cpu().numpy().astype(np.int64)
             p = p[p[:, 0] > 0]
             spans.append((p[:, 1].max() - p[:, 0].min()) / 1e3)
+            firsts.extend((p[:, 8] - p[:, 0]) / 1e3)          # entry to the first tile's start
+            ends.append(np.percentile((p[:, 1] - p[:, 0].min()) / 1e3, [0, 50, 100]))
             for r in p:
                 stamped_tiles = min(int(r[4]), TILES)
                 for t in range(1, stamped_tiles - 1):
                     f = r[8 + 12 * t: 20 + 12 * t]
-                    if f[1] <= 0:   # a padded tile or an empty row
-                        continue
-                    rel = [(x - f[0]) / 1e3 if x else float("nan") for x in f]
+                    rel = [(x - f[0]) / 1e3 if x and f[1] > 0 else float("nan") for x in f]
                     rel[1] = (r[8 + 12 * (t + 1)] - f[0]) / 1e3   # the next tile's start
                     rows.setdefault(int(f[1]), []).append(rel[1:])
         print(f"== {name}: span median {np.median(spans):.1f} us; us after a tile's start (consumer warpgroup 0), "
-              f"median over tiles 2..{TILES - 1} of every program, 6 launches")
+              f"median over tiles 2..{TILES - 1} of every program, 6 launches (n = 0: a padded tile or an empty "
+              f"row, its next start only)")
+        e = np.median(np.array(ends), axis=0)
+        print(f"    programs: entry to first tile start {np.median(firsts):.2f} us (median); exits after the first "
+              f"entry min / median / max {e[0]:.1f} / {e[1]:.1f} / {e[2]:.1f} us")
         print(f"{'n':>3} {'tiles':>5} " + " ".join(f"{h:>12}" for h in STEPS))
         for n, rr in sorted(rows.items()):
-            med = np.nanmedian(np.array(rr), axis=0)
+            with warnings.catch_warnings():   # n = 0 rows: every step but the next start is NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med = np.nanmedian(np.array(rr), axis=0)
             print(f"{n:>3} {len(rr):>5} " + " ".join(f"{x:12.2f}" for x in med), flush=True)
     return 0
 
