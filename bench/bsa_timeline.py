@@ -11,8 +11,8 @@ converted, the last P.V issued and done, o's store issued; the producer's publis
 (negative: before the consumers took it) and its first V block converted. The first tile of each
 program (a cold start) and the last stamped are left out; a padded tile (n = 0) gets its next start
 only. Per case also: a program's entry to its first tile's start, and when the programs exit (the
-tail). The stamps are inserted by matching the
-kernel's text: a kernel whose lines differ from the bundled one's fails with the line not found.
+tail). The stamps are inserted by matching the kernel's text: a kernel whose lines differ from the
+bundled one's fails with the line not found.
 Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
 """
 from __future__ import annotations
