@@ -86,30 +86,25 @@ def main() -> int:
     print(f"{'what':34s} {'us':>9s} {'TFLOP/s':>8s}")
     backends = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION))
 
-    def sdpa(backend, causal):
-        def call(d):
-            with sdpa_kernel([backend]):
-                return (F.scaled_dot_product_attention(d["q"], d["k"], d["v"], is_causal=causal),)
-        return call
+    def sdpa_rows(what: str, causal: bool, inputs: dict, pairs: int) -> None:
+        """One row per backend; a backend that refuses the shape says so in its row."""
+        for label, backend in backends:
+            def call(d, backend=backend):
+                with sdpa_kernel([backend]):
+                    return (F.scaled_dot_product_attention(d["q"], d["k"], d["v"], is_causal=causal),)
+            try:
+                row(f"sdpa-{label} {what}", median_us(call, inputs), pairs)
+            except RuntimeError as exc:
+                print(f"sdpa-{label} {what}: not run ({str(exc).splitlines()[0][:80]})")
 
     for n in (int(s) for s in args.blocks.split(",")):
         keys = n * BLOCK
         k = torch.randn(B, H, keys, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        for label, backend in backends:
-            try:
-                row(f"sdpa-{label} dense {n} blocks", median_us(sdpa(backend, False), {"q": q, "k": k, "v": v}),
-                    B * H * T * keys)
-            except RuntimeError as exc:
-                print(f"sdpa-{label} dense {n} blocks: not run ({str(exc).splitlines()[0][:80]})")
+        sdpa_rows(f"dense {n} blocks", False, {"q": q, "k": k, "v": v}, B * H * T * keys)
         seqs = B * T // keys   # independent causal sequences of n blocks, heads as before
         qc, kc, vc = (torch.randn(seqs, H, keys, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        for label, backend in backends:
-            try:
-                row(f"sdpa-{label} causal {n} blocks", median_us(sdpa(backend, True), {"q": qc, "k": kc, "v": vc}),
-                    seqs * H * causal_pairs(keys))
-            except RuntimeError as exc:
-                print(f"sdpa-{label} causal {n} blocks: not run ({str(exc).splitlines()[0][:80]})")
+        sdpa_rows(f"causal {n} blocks", True, {"q": qc, "k": kc, "v": vc}, seqs * H * causal_pairs(keys))
         row_ptr, col_idx = window_csr(n, "cuda")
         seq_lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
         kw, vw = torch.randn_like(q), torch.randn_like(q)
@@ -122,12 +117,7 @@ def main() -> int:
                                                                  d["seq_lens"]), window), pairs)
         del k, v, qc, kc, vc, kw, vw
     k, v = torch.randn_like(q), torch.randn_like(q)
-    for label, backend in backends:
-        try:
-            row(f"sdpa-{label} causal 8192", median_us(sdpa(backend, True), {"q": q, "k": k, "v": v}),
-                B * H * causal_pairs(T))
-        except RuntimeError as exc:
-            print(f"sdpa-{label} causal 8192: not run ({str(exc).splitlines()[0][:80]})")
+    sdpa_rows("causal 8192", True, {"q": q, "k": k, "v": v}, B * H * causal_pairs(T))
     return 0
 
 
