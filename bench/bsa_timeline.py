@@ -18,6 +18,7 @@ Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -74,8 +75,10 @@ def stamped(source: str) -> str:
     rep("            tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)\n",
         "            tma.async_copy_shared_to_global(o_desc, [base + q_start + WG * BM, 0], q_mine)\n"
         + _stamp(9, "            "))
-    publish = ("                _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), nxt[0], nxt[1], nxt[2],\n"
-               "                         gl.where(taken < n_tiles, nxt[4], -1), T_MAX)\n")
+    # The call that publishes the next tile, as the kernel writes it (a variant may pass more after n).
+    head = "                _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), nxt[0], nxt[1], nxt[2],\n"
+    found = re.search(re.escape(head) + r"\s+gl\.where\(taken < n_tiles, nxt\[4\], -1\),[^\n]*T_MAX\)\n", rep.source)
+    publish = found.group(0) if found else head
     rep(publish, publish + _stamp(10, "                ", "True", "tiles + 1"))  # the next tile's
     rep("                mbarrier.arrive(v16_bar.index(sv), count=1)\n            if i == take_at:",
         "                mbarrier.arrive(v16_bar.index(sv), count=1)\n                if i == 1:\n"
