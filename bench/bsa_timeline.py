@@ -78,7 +78,9 @@ def stamped(source: str) -> str:
     # The call that publishes the next tile, as the kernel writes it (a variant may pass more after n).
     head = "                _publish(q_desc, q_s.index(qi), info_s.index(qi), q_bar.index(qi), nxt[0], nxt[1], nxt[2],\n"
     found = re.search(re.escape(head) + r"\s+gl\.where\(taken < n_tiles, nxt\[4\], -1\),[^\n]*T_MAX\)\n", rep.source)
-    publish = found.group(0) if found else head
+    if found is None:
+        raise SystemExit(f"bsa_timeline: line not found once in the kernel: {head.strip()[:70]!r}")
+    publish = found.group(0)
     rep(publish, publish + _stamp(10, "                ", "True", "tiles + 1"))  # the next tile's
     rep("                mbarrier.arrive(v16_bar.index(sv), count=1)\n            if i == take_at:",
         "                mbarrier.arrive(v16_bar.index(sv), count=1)\n                if i == 1:\n"

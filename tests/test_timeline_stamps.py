@@ -35,3 +35,12 @@ def test_a_kernel_whose_lines_moved_fails_with_the_line_named(bench_path):
     source = (ROOT / "submissions/block_sparse_attn/bsa_gluon.py").read_text()
     with pytest.raises(SystemExit, match="bsa_timeline: line not found once in the kernel: .*if i == take_a"):
         module.stamped(source.replace("            if i == take_at:", "            if take_at == i:"))
+
+
+def test_a_publish_call_written_otherwise_fails_with_the_line_named(bench_path):
+    module = importlib.import_module("bsa_timeline")
+    source = (ROOT / "submissions/block_sparse_attn/bsa_gluon.py").read_text()
+    moved = source.replace("z0, z1, z2, z3, T_MAX)\n", "z0, z1, z2, z3,\n                         T_MAX)\n")
+    assert moved != source
+    with pytest.raises(SystemExit, match="bsa_timeline: line not found once in the kernel: '_publish"):
+        module.stamped(moved)
