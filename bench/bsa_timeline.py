@@ -93,7 +93,10 @@ def stamped(source: str) -> str:
     rep("    BN: gl.constexpr = k_desc.block_type.shape[0]\n    q_s =",
         f"    BN: gl.constexpr = k_desc.block_type.shape[0]\n    pp = prof + gl.program_id(0) * {SLOTS}\n"
         f"    gl.store(pp, {NOW})\n    q_s =")
-    rep("N_RUNTIME_ARGS = 15", "N_RUNTIME_ARGS = 16\nPROF = None")
+    runtime = re.search(r"\nN_RUNTIME_ARGS = (\d+)", rep.source)  # one more: the stamps' buffer
+    if runtime is None:
+        raise SystemExit("bsa_timeline: line not found once in the kernel: 'N_RUNTIME_ARGS = ...'")
+    rep(runtime.group(0), f"\nN_RUNTIME_ARGS = {int(runtime.group(1)) + 1}\nPROF = None")
     rep("            stages, K_STAGES, Q_BUFFERS, 4)", "            PROF, stages, K_STAGES, Q_BUFFERS, 4)")
     return rep.source
 
