@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "submissions" / "block_sparse_attn"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
 
 B, H, T, D, BLOCK = 2, 16, 8192, 128, 128
 
@@ -66,14 +67,12 @@ def main() -> int:
 
     import submission
     from kbench.call_timer import CallTimer
-    from kbench.interface import same_inputs
-    from kbench.timing import flush_bytes, summarize
+    from kbench.timing import flush_bytes
 
     timer = CallTimer("cuda", flush_bytes("cuda"))
 
     def median_us(fn, inputs) -> float:
-        samples = [timer.timed(fn, same_inputs, inputs)[1].device_ms for _ in range(args.calls + 2)][2:]
-        return summarize(samples).median * 1e3
+        return median_ms(timer, fn, inputs, args.calls) * 1e3
 
     def row(name: str, us: float, pairs: int) -> None:
         print(f"{name:34s} {us:9.1f} {4 * D * pairs / us / 1e6:8.0f}", flush=True)

@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from kbench.tasks import get_task  # noqa: E402
+from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
 
 ARGS = ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")
 
@@ -47,8 +48,7 @@ def main() -> int:
     ap.add_argument("--seed-base", type=int, default=0, help="the same base gives every variant the same seeds")
     args = ap.parse_args()
     from kbench.call_timer import CallTimer
-    from kbench.interface import same_inputs
-    from kbench.timing import flush_bytes, summarize
+    from kbench.timing import flush_bytes
 
     timer = CallTimer("cuda", flush_bytes("cuda"))
     task = get_task("block_sparse_attn")
@@ -89,9 +89,7 @@ def main() -> int:
             timing = ""
             if not args.no_timing:
                 inputs = m.generate_timed(dict(case.params, seed=case.seed), "cuda", 1)
-                samples = [timer.timed(lambda a: task.contract.call(entry, a), same_inputs, inputs)[1].device_ms
-                           for _ in range(22)][2:]
-                timing = f", {summarize(samples).median * 1e3:.1f} us"
+                timing = f", {median_ms(timer, lambda a: task.contract.call(entry, a), inputs, 20) * 1e3:.1f} us"
             print(f"{label:32s} {case.name:20s} failed {st[1]}/{st[0]} calls, worst |err|/tol {st[2]:.3f}, "
                   f"{st[3]} elements > 0.5 tol{timing}", flush=True)
         print(f"{label:32s} TOTAL {args.suite}: failed {total[1]}/{total[0]} calls, worst |err|/tol {total[2]:.3f}, "

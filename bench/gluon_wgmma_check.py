@@ -26,6 +26,7 @@ from triton.experimental.gluon.language.nvidia import hopper  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
 
 
 @gluon.jit
@@ -90,8 +91,7 @@ def gluon_matmul(a: torch.Tensor, b: torch.Tensor, bm: int = 128, bn: int = 256,
 
 def main() -> int:
     from kbench.call_timer import CallTimer
-    from kbench.interface import same_inputs
-    from kbench.timing import flush_bytes, summarize
+    from kbench.timing import flush_bytes
 
     print(f"triton {triton.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print("gluon.language:", [n for n in ("warp_specialize", "NVMMADistributedLayout", "NVMMASharedLayout",
@@ -107,7 +107,7 @@ def main() -> int:
         err = (gluon_matmul(inputs["a"], inputs["b"]).float() - (inputs["a"] @ inputs["b"].t()).float()).abs().max()
         row = [f"{m}x{n}x{k}: max |gluon - torch| {err.item():.3g}"]
         for name, fn in (("gluon", lambda a: (gluon_matmul(a["a"], a["b"]),)), ("torch", lambda a: (a["a"] @ a["b"].t(),))):
-            ms = summarize([timer.timed(fn, same_inputs, inputs)[1].device_ms for _ in range(22)][2:]).median
+            ms = median_ms(timer, fn, inputs, 20)
             row.append(f"{name} {ms * 1e3:.1f} us {2 * m * n * k / ms / 1e9:.0f} TFLOP/s")
         print("; ".join(row))
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
 # block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own),
 # gluon (the Gluon kernel of mla_decode_gluon.py on Hopper, which rotates the keys itself; the first six keys are
 # then the Triton kernel's only)
@@ -67,14 +68,6 @@ def steps(kernel, inputs: dict, prepare) -> dict:
         "wo alone (y^T = wo . rows^T)": (
             {"v": o.new_empty(bs, H * vd).normal_(), "wo": config.wo_weight}, lambda a: (torch.mm(a["wo"], a["v"].t()).t(),)),
     }
-
-
-def median_ms(timer, fn, inputs: dict, calls: int, prepare=None) -> float:
-    from kbench.interface import same_inputs
-    from kbench.timing import summarize
-
-    samples = [timer.timed(fn, prepare or same_inputs, inputs)[1].device_ms for _ in range(calls + 2)]
-    return summarize(samples[2:]).median   # the first two: compilation, autotuning, caches
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
 
 MB = 2**20
 # (programs per SM, elements a step, warps, stages) tried for each layout
@@ -62,8 +63,7 @@ def main() -> int:
         print("stream_floor: needs a CUDA GPU", file=sys.stderr)
         return 2
     from kbench.call_timer import CallTimer
-    from kbench.interface import same_inputs
-    from kbench.timing import flush_bytes, summarize
+    from kbench.timing import flush_bytes
 
     timer = CallTimer("cuda", flush_bytes("cuda"))
     props = torch.cuda.get_device_properties(0)
@@ -71,8 +71,7 @@ def main() -> int:
     out = torch.empty(16 * n_sms, device="cuda")
 
     def median_us(fn, inputs) -> float:
-        samples = [timer.timed(fn, same_inputs, inputs)[1].device_ms for _ in range(args.calls + 2)][2:]
-        return summarize(samples).median * 1e3
+        return median_ms(timer, fn, inputs, args.calls) * 1e3
 
     print(f"{props.name}, {n_sms} SMs; median of {args.calls} calls each (kbench CallTimer)")
     print(f"{'MB':>6} {'copy us':>9} {'copy TB/s':>10} {'read us':>9} {'read TB/s':>10}  best read layout")

@@ -2,6 +2,8 @@
 import py_compile
 import re
 
+import pytest
+
 from tests.helpers import ROOT
 
 BENCH = ROOT / "bench"
@@ -123,3 +125,27 @@ def test_bsa_case_gives_the_submissions_scale_and_a_cases_kernel_arguments():
     inputs = task.module.generate(dict(case.params, seed=case.seed), "cpu")
     assert all(a.equal(inputs[n]) for a, n in zip((q, k, v, row_ptr, col_idx, seq_lens),
                                                   ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")))
+
+
+def test_call_median_drops_the_warm_up_calls_and_takes_the_median():
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("call_median", BENCH / "call_median.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Timer:   # device times 100, 90 (the warm-ups), then 5, 1, 3
+        def __init__(self):
+            self.times, self.prepared = [100.0, 90.0, 5.0, 1.0, 3.0], []
+
+        def timed(self, fn, prepare, inputs):
+            self.prepared.append(prepare(inputs))
+            return fn(inputs), SimpleNamespace(device_ms=self.times.pop(0))
+
+    timer = Timer()
+    assert module.median_ms(timer, lambda d: (d["x"],), {"x": 1}, calls=3) == pytest.approx(3.0)
+    assert timer.times == [] and timer.prepared == [{"x": 1}] * 5   # the same inputs every call by default
+    timer = Timer()
+    assert module.median_ms(timer, lambda d: (d,), {"x": 1}, calls=3, prepare=lambda d: {"x": 2}) == pytest.approx(3.0)
+    assert timer.prepared == [{"x": 2}] * 5
