@@ -124,3 +124,26 @@ def test_persistent_kernels_tile_counter_is_back_at_zero(on_hopper):
     assert len(counters) == 2, f"expected a counter per stream, found {len(counters)}"
     for key, counter in counters.items():
         assert counter.tolist() == [0, 0], f"counter {key} left at {counter.tolist()}"
+
+
+@pytest.mark.parametrize("batch,heads,t_max", [(1, 1, 512), (1, 5, 1024), (2, 7, 1024), (3, 11, 768), (4, 33, 512)])
+def test_gluon_kernel_writes_every_tile(on_hopper, batch, heads, t_max):
+    """Every (batch, head, query block) is some program's tile exactly once, whatever the count of
+    (batch, head)s against the programs and the counter's tail (a third of them, query block major):
+    o and lse start as NaN, and after one call the check against the reference passes. Ragged
+    sequences, so padded tiles (skipped by the producer, written by the consumers) are among them."""
+    import torch
+
+    task, contract, entry, sub, cases = on_hopper
+    quick = next(c for c in SUITES["quick"]["cases"] if c["family"] == "sliding_window")
+    case = {k: v for k, v in quick.items() if k not in ("case_id", "public_suite")}
+    case.update(name=f"tiles-{batch}x{heads}x{t_max}", batch_size=batch, num_heads=heads, t_max=t_max)
+    inputs = task.generate(case, "cuda")
+    q = inputs["q"]
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device=q.device, dtype=torch.float32)
+    sub._launch_gluon(q, inputs["k"], inputs["v"], inputs["row_ptr"], inputs["col_idx"], inputs["seq_lens"], o, lse)
+    torch.cuda.synchronize()
+    assert not o.isnan().any() and not lse.isnan().any(), "a tile was never written"
+    verdict = task.check((o, lse), task.reference(inputs), inputs)
+    assert verdict.passed, verdict.reason

@@ -12,12 +12,14 @@ V is converted bf16 -> fp16 in place in shared memory (each thread rewrites the 
 it read).
 
 The kernel is persistent and warp-specialised: one program per SM takes tiles until none are
-left. The first three quarters are dealt round-robin, with no atomic; the rest come in order from
-a counter in device memory (a program slowed down, or dealt long rows, takes fewer of those; each
-launch's last program sets the counter back to zero). A tile's place needs no memory read:
-(batch, head) after (batch, head), each one's query blocks from the last to the first.
-Padded ones, past the sequence's end, are skipped by the producer (up to four in a row) and
-their places handed over with the next tile; the consumers write them o = 0, lse = -inf. A
+left. The tiles of the first two thirds of the (batch, head)s are dealt round-robin, with no atomic;
+the rest come in order from a counter in device memory (a program slowed down, or dealt long rows,
+takes fewer of those; each launch's last program sets the counter back to zero). A tile's place
+needs no memory read: (batch, head) after (batch, head), each one's query blocks from the last to
+the first; in the counter's third query block after query block, every head's longest rows first,
+so the programs' last tiles are short rows and they end together. Padded ones, past the
+sequence's end, are skipped by the producer (up to four in a row) and their places handed over
+with the next tile; the consumers write them o = 0, lse = -inf. A
 producer warpgroup takes the tiles and issues the TMA loads (the query block into one of two
 buffers, beside a slot with the tile's place; K and V of each block into rings of 2 and 3, their
 counters running on across tiles) and converts V; the two consumer warpgroups take
@@ -78,16 +80,27 @@ def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
 
 
 @gluon.jit
+def _tail_heads(heads):
+    """How many of the last (batch, head)s the counter hands out, query block after query block."""
+    return (heads + 2) // 3
+
+
+@gluon.jit
 def _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM: gl.constexpr):
     """Work item ``tile``: (batch, head) after (batch, head), each one's query blocks from the last
     (on a causal pattern the longest rows; first the padded ones past the sequence's end, which the
-    producer skips) to the first. Needs no memory read to place a tile, so its query block's load is
-    one read (seq_len, beside the row's) after the tile is known. Returns (batch x head, first query
-    token, seq_len, first CSR entry, entries); entries is 0 for a padded tile or an empty row, and for
-    a tile past the last (no memory read)."""
+    producer skips) to the first; the last third of the (batch, head)s (``_tail_heads``), which the
+    counter hands out, query block after query block, so the short rows at the sequences' start come
+    last and the programs end together (kbench compare, 8 processes a side, against (batch, head)
+    order throughout: full 0.984, quick 0.971; docs/benchmarks-block_sparse_attn.md). Needs no memory
+    read to place a tile, so its query block's load is one read (seq_len, beside the row's) after the
+    tile is known. Returns (batch x head, first query token, seq_len, first CSR entry, entries);
+    entries is 0 for a padded tile or an empty row, and for a tile past the last (no memory read)."""
     valid = tile < n_tiles
-    bh = tile // NQB
-    qb = NQB - 1 - tile % NQB
+    tail = _tail_heads(n_tiles // NQB)
+    d = tile - (n_tiles - tail * NQB)  # the place in the tail, negative before it
+    bh = gl.where(d >= 0, n_tiles // NQB - tail + d % tail, tile // NQB)
+    qb = NQB - 1 - gl.where(d >= 0, d // tail, tile % NQB)
     seq_len = gl.load(seq_lens + bh // H, mask=valid, other=0)
     row = row_ptr + bh * (NQB + 1) + qb
     start = gl.load(row, mask=valid, other=0)
@@ -108,8 +121,8 @@ def _next_tile(tile, programs, static_tiles, counter):
 @gluon.jit
 def _tile_info(values, layout: gl.constexpr):
     """A tile's (batch x head, first query token, seq_len, CSR entries) and the padded tiles skipped
-    before it (up to four tile numbers, -1 for none) as one small tensor, held whole by every thread,
-    for the query buffer's info slot; n < 0 says there are no more tiles."""
+    before it (up to four: each one's first row in o, -1 for none) as one small tensor, held whole by
+    every thread, for the query buffer's info slot; n < 0 says there are no more tiles."""
     i = gl.arange(0, 8, layout=layout)
     bh, q_start, seq_len, n, z0, z1, z2, z3 = values
     return gl.where(i == 0, bh, gl.where(i == 1, q_start, gl.where(i == 2, seq_len, gl.where(i == 3, n,
@@ -134,9 +147,9 @@ def _publish(q_desc, q_buf, info_slot, q_bar, bh, q_start, seq_len, n, z0, z1, z
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, k_bar, v_bar, v16_bar, k_empty,
                  v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
-    """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last quarter, taken
-    in order from a counter shared by the programs, so a program slowed down, or dealt long rows,
-    takes fewer of those. Per tile: its place into the info slot of a free query buffer and its
+    """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last third of the
+    (batch, head)s, taken in order from a counter shared by the programs, so a program slowed down,
+    or dealt long rows, takes fewer of those. Per tile: its place into the info slot of a free query buffer and its
     query block into that buffer (once both consumers' o store of the tile that last used it has
     left), then each key block's K and V as soon as both consumers are done with the K or V that
     held the slot; each V block converted to fp16 in place once it has landed. Past the last tile,
@@ -150,9 +163,11 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     NQB = T_MAX // BM
     n_tiles = NQB * H * B
     programs = gl.num_programs(0)
-    # The first three quarters of the tiles (a multiple of the programs) are dealt round-robin, with no
-    # atomic; the rest come from the counter, so a program slowed down still takes fewer.
-    static_tiles = (n_tiles * 3 // 4) // programs * programs
+    # The tiles before the tail (as many as a multiple of the programs allows) are dealt round-robin,
+    # with no atomic; the rest come from the counter, so a program slowed down still takes fewer.
+    # (Half of the (batch, head)s from the counter instead of a third: quick 1.010, retrieval-1 and
+    # -3 SLOWER; a quarter: full 1.007, quick 1.009 against a third.)
+    static_tiles = (n_tiles - _tail_heads(H * B) * NQB) // programs * programs
     kv = 0
     tiles = 0
     # A program's first tile is dealt (its id). Each next one is dealt or taken from the counter, its
@@ -211,10 +226,10 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
                 z3 = -1
                 nz = 0
                 while (nz < 4) & (taken < n_tiles) & (n_q >= n_sl):  # past its sequence's end
-                    z0 = gl.where(nz == 0, taken, z0)
-                    z1 = gl.where(nz == 1, taken, z1)
-                    z2 = gl.where(nz == 2, taken, z2)
-                    z3 = gl.where(nz == 3, taken, z3)
+                    z0 = gl.where(nz == 0, n_bh * T_MAX + n_q, z0)
+                    z1 = gl.where(nz == 1, n_bh * T_MAX + n_q, z1)
+                    z2 = gl.where(nz == 2, n_bh * T_MAX + n_q, z2)
+                    z3 = gl.where(nz == 3, n_bh * T_MAX + n_q, z3)
                     nz += 1
                     taken = _next_tile(taken, programs, static_tiles, counter)
                     n_bh, n_q, n_sl, n_st, n_n = _tile(taken, n_tiles, row_ptr, seq_lens, H, NQB, BM)
@@ -256,14 +271,12 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
 
 
 @gluon.jit
-def _zero_skipped(info, field, o_ptr, lse_ptr, NQB, T_MAX, z_rows, z_cols, QB: gl.constexpr, D: gl.constexpr,
-                  zl: gl.constexpr):
+def _zero_skipped(info, field, o_ptr, lse_ptr, z_rows, z_cols, D: gl.constexpr, zl: gl.constexpr):
     """o = 0 and lse = -inf on this warpgroup's rows of the padded tiles the producer skipped (info fields
-    4-7, -1 for none)."""
+    4-7: each one's first row in o, -1 for none)."""
     nz = gl.sum(gl.where((field >= 4) & (info >= 0), 1, 0), 0)
     for z in range(nz):  # a count known only at run time: one copy of the stores in the code
-        zt = gl.sum(gl.where(field == 4 + z, info, 0), 0)
-        rows = (zt // NQB) * T_MAX + (NQB - 1 - zt % NQB) * QB + z_rows
+        rows = gl.sum(gl.where(field == 4 + z, info, 0), 0) + z_rows
         gl.store(o_ptr + rows[:, None].to(gl.int64) * D + z_cols[None, :],
                  gl.zeros([z_rows.shape[0], D], gl.bfloat16, layout=zl))
         gl.store(lse_ptr + rows, gl.full([z_rows.shape[0]], float("-inf"), gl.float32, layout=gl.SliceLayout(1, zl)))
@@ -289,7 +302,6 @@ def _ws_consumer(q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, 
     info_layout: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
     s_zero = gl.zeros([BM, BN], gl.float32, layout=mma)
     field = gl.arange(0, 8, layout=info_layout)
-    NQB = T_MAX // (2 * BM)
     z_rows = WG * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, zl))
     z_cols = gl.arange(0, D, layout=gl.SliceLayout(0, zl))
     kv = 0
@@ -378,7 +390,7 @@ def _ws_consumer(q_s, k_s, v_s, info_s, o_desc, q_bar, q_empty, k_bar, v16_bar, 
         n = gl.sum(gl.where(field == 3, info, 0), 0)
         # The padded tiles the producer skipped before this one (or before "no more"), while this
         # warpgroup's o store is in flight.
-        _zero_skipped(info, field, o_ptr, lse_ptr, NQB, T_MAX, z_rows, z_cols, 2 * BM, D, zl)
+        _zero_skipped(info, field, o_ptr, lse_ptr, z_rows, z_cols, D, zl)
     tma.store_wait(0)
 
 
