@@ -149,3 +149,46 @@ def test_call_median_drops_the_warm_up_calls_and_takes_the_median():
     timer = Timer()
     assert module.median_ms(timer, lambda d: (d,), {"x": 1}, calls=3, prepare=lambda d: {"x": 2}) == pytest.approx(3.0)
     assert timer.prepared == [{"x": 2}] * 5
+
+
+def _bench_module(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bsa_schedule_model_runs_every_tile_once_in_every_order():
+    import numpy as np
+
+    model = _bench_module("bsa_schedule_model")
+    rng = np.random.default_rng(5)
+    heads, nqb = 7, 6
+    entries = rng.integers(0, 6, size=(heads, nqb))
+    live = np.array([6, 2, 4, 6, 1, 3, 5])   # padded query blocks past these
+    for order in model.ORDERS:
+        tiles, static = model.tile_order(order, heads, nqb, programs=5)
+        assert sorted(tiles) == [(bh, qb) for bh in range(heads) for qb in range(nqb)], order
+        assert static % 5 == 0 and static <= len(tiles)
+        exits, ran = model.simulate(entries, live, order, programs=5)
+        assert sorted(t for program in ran for t in program) == list(range(heads * nqb)), order
+        assert (exits > model.START_US).all()
+
+
+def test_bsa_schedule_models_tail_is_the_kernels():
+    """The model's query-block-major third hands out as many (batch, head)s as the kernel's tail."""
+    import importlib.util
+
+    model = _bench_module("bsa_schedule_model")
+    spec = importlib.util.spec_from_file_location("_bsa_gluon_for_the_model",
+                                                  ROOT / "submissions" / "block_sparse_attn" / "bsa_gluon.py")
+    bsa_gluon = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bsa_gluon)
+    for heads in range(1, 70):
+        tiles, _ = model.tile_order("qb-third", heads, 4, programs=132)
+        in_tail = {bh for bh, qb in tiles[(heads - bsa_gluon._tail_heads.fn(heads)) * 4:]}
+        assert in_tail == set(range(heads - bsa_gluon._tail_heads.fn(heads), heads)), heads
+        # within the tail, query block after query block: every head's last block first
+        assert [qb for _, qb in tiles[(heads - len(in_tail)) * 4:]][:len(in_tail)] == [3] * len(in_tail)
