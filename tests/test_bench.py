@@ -179,16 +179,24 @@ def test_bsa_schedule_model_runs_every_tile_once_in_every_order():
 
 def test_bsa_schedule_models_tail_is_the_kernels():
     """The model's query-block-major third hands out as many (batch, head)s as the kernel's tail."""
-    import importlib.util
+    import json
+    import subprocess
+    import sys
 
     model = _bench_module("bsa_schedule_model")
-    spec = importlib.util.spec_from_file_location("_bsa_gluon_for_the_model",
-                                                  ROOT / "submissions" / "block_sparse_attn" / "bsa_gluon.py")
-    bsa_gluon = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bsa_gluon)
-    for heads in range(1, 70):
+    # the kernel's module read in a process of its own: imported here, Gluon's import would leave this
+    # process's Triton unfit for the interpreted tests that follow
+    printed = subprocess.run(
+        [sys.executable, "-c", "import importlib.util, sys; "
+         "spec = importlib.util.spec_from_file_location('bsa_gluon', sys.argv[1]); "
+         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+         "print([m._tail_heads.fn(h) for h in range(1, 70)])",
+         str(ROOT / "submissions" / "block_sparse_attn" / "bsa_gluon.py")],
+        capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    kernel_tails = json.loads(printed)
+    for heads, tail in zip(range(1, 70), kernel_tails):
         tiles, _ = model.tile_order("qb-third", heads, 4, programs=132)
-        in_tail = {bh for bh, qb in tiles[(heads - bsa_gluon._tail_heads.fn(heads)) * 4:]}
-        assert in_tail == set(range(heads - bsa_gluon._tail_heads.fn(heads), heads)), heads
-        # within the tail, query block after query block: every head's last block first
-        assert [qb for _, qb in tiles[(heads - len(in_tail)) * 4:]][:len(in_tail)] == [3] * len(in_tail)
+        assert {bh for bh, _ in tiles[(heads - tail) * 4:]} == set(range(heads - tail, heads)), heads
+        assert {bh for bh, _ in tiles[:(heads - tail) * 4]} == set(range(heads - tail)), heads
+        # within the tail, query block after query block: every tail head's last block first
+        assert [qb for _, qb in tiles[(heads - tail) * 4:]][:tail] == [3] * tail, heads

@@ -92,7 +92,7 @@ def _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM: gl.constexpr):
     producer skips) to the first; the last third of the (batch, head)s (``_tail_heads``), which the
     counter hands out, query block after query block, so the short rows at the sequences' start come
     last and the programs end together (kbench compare, 8 processes a side, against (batch, head)
-    order throughout: full 0.984, quick 0.971; docs/benchmarks-block_sparse_attn.md). Needs no memory
+    order throughout: full 0.986, quick 0.971-0.975; docs/benchmarks-block_sparse_attn.md). Needs no memory
     read to place a tile, so its query block's load is one read (seq_len, beside the row's) after the
     tile is known. Returns (batch x head, first query token, seq_len, first CSR entry, entries);
     entries is 0 for a padded tile or an empty row, and for a tile past the last (no memory read)."""
@@ -149,12 +149,12 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
                  v_empty, row_ptr, col_idx, seq_lens, counter, H, B, NNZ, T_MAX):
     """The scheduler and the TMA loads. Tiles are dealt round-robin, then, for the last third of the
     (batch, head)s, taken in order from a counter shared by the programs, so a program slowed down,
-    or dealt long rows, takes fewer of those. Per tile: its place into the info slot of a free query buffer and its
-    query block into that buffer (once both consumers' o store of the tile that last used it has
-    left), then each key block's K and V as soon as both consumers are done with the K or V that
-    held the slot; each V block converted to fp16 in place once it has landed. Past the last tile,
-    an info slot saying "no more", published the same way. The last program out sets the counter
-    back to zero for the next call."""
+    or dealt long rows, takes fewer of those. Per tile: its place into the info slot of a free query
+    buffer and its query block into that buffer (once both consumers' o store of the tile that last
+    used it has left), then each key block's K and V as soon as both consumers are done with the K
+    or V that held the slot; each V block converted to fp16 in place once it has landed. Past the
+    last tile, an info slot saying "no more", published the same way. The last program out sets the
+    counter back to zero for the next call."""
     QBUF: gl.constexpr = q_s.shape[0]
     KST: gl.constexpr = k_s.shape[0]
     VST: gl.constexpr = v_s.shape[0]
@@ -165,8 +165,8 @@ def _ws_producer(q_desc, k_desc, v_desc, q_s, k_s, v_s, info_s, q_bar, q_empty, 
     programs = gl.num_programs(0)
     # The tiles before the tail (as many as a multiple of the programs allows) are dealt round-robin,
     # with no atomic; the rest come from the counter, so a program slowed down still takes fewer.
-    # (Half of the (batch, head)s from the counter instead of a third: quick 1.010, retrieval-1 and
-    # -3 SLOWER; a quarter: full 1.007, quick 1.009 against a third.)
+    # (Against a quarter of the (batch, head)s from the counter: a third full 0.993, quick 0.991, no
+    # case slower; a half full 1.000, quick 1.010, with retrieval-1 and -3 SLOWER.)
     static_tiles = (n_tiles - _tail_heads(H * B) * NQB) // programs * programs
     kv = 0
     tiles = 0
