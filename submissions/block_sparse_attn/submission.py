@@ -278,9 +278,10 @@ def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     if kernel is not None:
         direct = _DIRECT.get(key) if DIRECT_DESCRIPTORS else None
         if direct is not None:
+            stream = _gluon.raw_stream(q.device)
             try:
-                direct(_gluon.grid(q), torch.cuda.current_stream(q.device).cuda_stream, q, k, v, o,
-                       _gluon.other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES))
+                direct(_gluon.grid(q), stream, q, k, v, o,
+                       _gluon.other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, QK_SCALE, GLUON_STAGES, stream))
                 return
             except TypeError:   # the C launcher refused the arguments (before launching): launch as before
                 _DIRECT[key] = None
@@ -297,7 +298,7 @@ def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
 def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
     B, H, T, D = q.shape
     o = torch.empty_like(q)
-    lse = torch.empty((B, H, T), device=q.device, dtype=torch.float32)
+    lse = q.new_empty((B, H, T), dtype=torch.float32)
     _launch(q, k, v, row_ptr.contiguous(), col_idx.contiguous(), seq_lens.contiguous(), o, lse)
     return o, lse
 
