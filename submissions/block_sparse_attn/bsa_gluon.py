@@ -92,10 +92,11 @@ def _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM: gl.constexpr):
     producer skips) to the first; the last third of the (batch, head)s (``_tail_heads``), which the
     counter hands out, query block after query block, so the short rows at the sequences' start come
     last and the programs end together (kbench compare, 8 processes a side, against (batch, head)
-    order throughout: full 0.986, quick 0.971-0.975; docs/benchmarks-block_sparse_attn.md). Needs no memory
-    read to place a tile, so its query block's load is one read (seq_len, beside the row's) after the
-    tile is known. Returns (batch x head, first query token, seq_len, first CSR entry, entries);
-    entries is 0 for a padded tile or an empty row, and for a tile past the last (no memory read)."""
+    order throughout: full 0.986, quick 0.971-0.975; docs/benchmarks-block_sparse_attn.md). Needs no
+    memory read to place a tile, so its query block's load is one read (seq_len, beside the row's)
+    after the tile is known. Returns (batch x head, first query token, seq_len, first CSR entry,
+    entries); entries is 0 for a padded tile or an empty row, and for a tile past the last (no memory
+    read)."""
     valid = tile < n_tiles
     tail = _tail_heads(n_tiles // NQB)
     d = tile - (n_tiles - tail * NQB)  # the place in the tail, negative before it
