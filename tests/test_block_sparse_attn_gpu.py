@@ -102,6 +102,57 @@ def test_cached_descriptors_give_the_ordinary_launchs_outputs(on_hopper):
         sub.DIRECT_DESCRIPTORS = True
 
 
+def test_lean_launch_gives_the_direct_launchers_outputs_and_refuses_what_it_cannot_take(on_hopper):
+    """Once the direct launcher exists, a call takes the lean path (pointers read once, handed to the
+    C launcher as ints; its outputs made at the end of the call before): the same bits as the
+    direct launcher's own launch on every smoke and quick case, and never the storage of an output
+    returned before and still held. Inputs it cannot take (non-contiguous k, fp16 v, int64 row_ptr,
+    row_ptr off 16-byte alignment) are refused before anything is launched, so _launch gets them."""
+    import torch
+
+    task, contract, entry, sub, cases = on_hopper
+    launcher_type = sub._gluon.DirectLauncher
+    original, taken = launcher_type.launch_pointers, []
+
+    def counting(self, *args, **kwargs):
+        taken.append(1)
+        return original(self, *args, **kwargs)
+
+    launcher_type.launch_pointers = counting
+    try:
+        for case in cases:
+            inputs = task.generate(dict(case, seed=case["seed"]), "cuda")
+            args = [inputs[n] for n in ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")]
+            held = [contract.call(entry, inputs)]   # the first call of a key may create the direct launcher
+            before = len(taken)
+            held += [contract.call(entry, inputs) for _ in range(3)]
+            assert len(taken) == before + 3, f"{case['name']}: the lean path was not taken"
+            storages = {t.untyped_storage().data_ptr() for out in held for t in out}
+            assert len(storages) == 2 * len(held), f"{case['name']}: an output shares a held output's storage"
+            q = args[0]
+            o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+            sub._launch_gluon(*args, o, lse)
+            torch.cuda.synchronize()
+            for lean in held[1:]:
+                assert torch.equal(lean[0], o) and torch.equal(lean[1], lse), f"{case['name']}: outputs differ"
+            del held
+        q, k, v, row_ptr, col_idx, seq_lens = args
+        shifted = torch.zeros(row_ptr.numel() + 1, device=q.device, dtype=row_ptr.dtype)
+        shifted[1:] = row_ptr.flatten()
+        refused = {
+            "non-contiguous k": (q, torch.cat([k, k], -1)[..., :q.shape[-1]], v, row_ptr, col_idx, seq_lens),
+            "fp16 v": (q, k, v.half(), row_ptr, col_idx, seq_lens),
+            "int64 row_ptr": (q, k, v, row_ptr.long(), col_idx, seq_lens),
+            "row_ptr off alignment": (q, k, v, shifted[1:].view(row_ptr.shape), col_idx, seq_lens),
+        }
+        for name, call_args in refused.items():
+            before = len(taken)
+            assert sub._launch_lean(*call_args) is None, f"{name}: taken"
+            assert len(taken) == before, f"{name}: refused, yet launched"
+    finally:
+        launcher_type.launch_pointers = original
+
+
 def test_persistent_kernels_tile_counter_is_back_at_zero(on_hopper):
     """The Gluon kernel's programs take tiles from a counter in device memory, one per stream, that
     every launch must leave at zero (its last program resets it); a counter left behind would make

@@ -552,7 +552,7 @@ class DirectLauncher:
             raise TypeError("not the launcher this was written for")
         self.base = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
                      kernel.packed_metadata, None, None, None)
-        self.n_args, self.fill, self.to_host, self.maps = n_args, fill, dtype_to_host, {}
+        self.n_args, self.fill, self.to_host, self.maps, self.counters = n_args, fill, dtype_to_host, {}, {}
 
     @classmethod
     def create(cls, kernel, n_args: int):
@@ -564,13 +564,16 @@ class DirectLauncher:
             return None
 
     def _map(self, t: torch.Tensor, meta: dict) -> list:
-        rows, d = t.numel() // t.shape[-1], t.shape[-1]
-        key = (t.data_ptr(), rows, d, tuple(meta["block_size"]))
+        return self._encoded(t.data_ptr(), t.numel() // t.shape[-1], t.shape[-1], meta)
+
+    def _encoded(self, ptr: int, rows: int, d: int, meta: dict) -> list:
+        """The launcher's arguments for one descriptor over (rows, d) at ``ptr``, encoded once."""
+        key = (ptr, rows, d, tuple(meta["block_size"]))
         found = self.maps.get(key)
         if found is None:
             if len(self.maps) >= self.CACHE:
                 self.maps.pop(next(iter(self.maps)))
-            found = self.maps[key] = [self.fill(t.data_ptr(), meta["swizzle"], meta["elem_size"],
+            found = self.maps[key] = [self.fill(ptr, meta["swizzle"], meta["elem_size"],
                                                 self.to_host[meta["elem_type"]], meta["block_size"],
                                                 [rows, d], [d, 1], 0), rows, d, d, 1]
         return found
@@ -580,6 +583,26 @@ class DirectLauncher:
         args = [*self._map(q, self.meta[0]), *self._map(k, self.meta[1]), *self._map(v, self.meta[2]),
                 *self._map(o, self.meta[3]), *rest]
         self.raw(grid[0], grid[1], 1, stream, *self.base, *args[:self.n_args + 4 * self.N_DESCRIPTORS])
+
+    def launch_pointers(self, device, stream: int, ptrs: tuple, shape: tuple, nnz: int, qk_scale: float,
+                        stages: int) -> None:
+        """The same launch from what the caller has read once: ``stream`` the current one's handle,
+        ``ptrs`` the addresses of q, k, v, o, lse, row_ptr, col_idx, seq_lens (checked: CUDA, 16-byte
+        aligned), ``shape`` q's (B, H, T, D).
+        The launcher is handed ints, so it neither asks each tensor for its data_ptr nor the driver
+        about each pointer (~10 us of a cold host's call)."""
+        q, k, v, o = ptrs[:4]
+        B, H, T, d = shape
+        counter = self.counters.get(stream)
+        if counter is None:   # the counter tensor lives on in _COUNTERS, so its address stays valid
+            counter = self.counters[stream] = tile_counter(device, stream).data_ptr()
+        rows = B * H * T
+        m = self.meta
+        args = [*self._encoded(q, rows, d, m[0]), *self._encoded(k, rows, d, m[1]), *self._encoded(v, rows, d, m[2]),
+                *self._encoded(o, rows, d, m[3]), *ptrs[3:], counter, H, B, nnz, T, qk_scale, stages, K_STAGES,
+                Q_BUFFERS, 4]
+        self.raw(min(_SMS[device], (T // BLOCK) * B * H), 1, 1, stream, *self.base,
+                 *args[:self.n_args + 4 * self.N_DESCRIPTORS])
 
 
 def launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stages: int = STAGES):

@@ -295,12 +295,58 @@ def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
         _COMPILED[key] = kernel
 
 
-def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
+def _outputs(q):
     B, H, T, D = q.shape
-    o = torch.empty_like(q)
-    lse = q.new_empty((B, H, T), dtype=torch.float32)
-    _launch(q, k, v, row_ptr.contiguous(), col_idx.contiguous(), seq_lens.contiguous(), o, lse)
+    return torch.empty_like(q), q.new_empty((B, H, T), dtype=torch.float32)
+
+
+# The next call's o and lse, made at the end of a call, after its launch, while the GPU runs: the
+# two allocations then leave the path from the call's start to its kernel's (~0.1 ms of it in the
+# original's native protocol, where input generation leaves the host's caches cold). At most one
+# pair is held, for the last call's (shape, device, stream); the kernel writes every element of
+# both, so nothing in them is ever read. Off the lean path, the outputs are made as usual.
+_SPARE = {}
+
+
+def _launch_lean(q, k, v, row_ptr, col_idx, seq_lens):
+    """The Gluon kernel's launch once its direct launcher exists, asking torch as little as it can: in
+    the native protocol each tensor query costs 1-2 us of a cold host (docs/benchmarks-block_sparse_attn.md).
+    Checks what _launch and supported() check (the launcher's key stands for the device and the index
+    dtypes) and returns (o, lse), launched; or None, having launched nothing, where anything differs."""
+    if not (FAST_LAUNCH and GLUON and DIRECT_DESCRIPTORS) or _interpreted():
+        return None
+    device = q.device
+    direct = _DIRECT.get(("gluon", GLUON_STAGES, device, row_ptr.dtype, col_idx.dtype, seq_lens.dtype))
+    shape = q.shape
+    if (direct is None or shape[3] != _gluon.BLOCK or shape[2] % _gluon.BLOCK or k.shape != shape
+            or v.shape != shape or q.dtype != torch.bfloat16 or k.dtype != torch.bfloat16
+            or v.dtype != torch.bfloat16 or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous())
+            or not (k.is_cuda and v.is_cuda and row_ptr.is_cuda and col_idx.is_cuda and seq_lens.is_cuda)):
+        return None
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    index_ptrs = (row_ptr.data_ptr(), col_idx.data_ptr(), seq_lens.data_ptr())
+    if (q_ptr | k_ptr | v_ptr | index_ptrs[0] | index_ptrs[1] | index_ptrs[2]) % 16:
+        return None
+    stream = _gluon.raw_stream(device)
+    key = (shape, device, stream)
+    o, lse = _SPARE.pop(key, None) or _outputs(q)   # fresh blocks of the caching allocator: 512-byte aligned
+    direct.launch_pointers(device, stream, (q_ptr, k_ptr, v_ptr, o.data_ptr(), lse.data_ptr(), *index_ptrs),
+                           shape, col_idx.shape[-1], QK_SCALE, GLUON_STAGES)
+    _SPARE.clear()
+    try:
+        _SPARE[key] = _outputs(q)
+    except torch.OutOfMemoryError:   # the call is launched; only the next one's head start is lost
+        pass
     return o, lse
+
+
+def block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens):
+    row_ptr, col_idx, seq_lens = row_ptr.contiguous(), col_idx.contiguous(), seq_lens.contiguous()
+    out = _launch_lean(q, k, v, row_ptr, col_idx, seq_lens) if _DIRECT else None
+    if out is None:
+        out = _outputs(q)
+        _launch(q, k, v, row_ptr, col_idx, seq_lens, *out)
+    return out
 
 
 def setup(suite_specs, device, variants):
