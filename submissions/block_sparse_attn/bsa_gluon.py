@@ -523,8 +523,13 @@ def other_arguments(q, row_ptr, col_idx, seq_lens, o, lse, qk_scale: float, stag
     """The arguments after the four descriptors (q, k, v, o); ``stream``: the launch's (its handle),
     the current one if None."""
     B, H, T, D = q.shape
-    return (o, lse, row_ptr, col_idx, seq_lens, tile_counter(q.device, stream), H, B, col_idx.shape[-1], T, qk_scale,
-            stages, K_STAGES, Q_BUFFERS, 4)
+    return (o, lse, row_ptr, col_idx, seq_lens, tile_counter(q.device, stream),
+            *_scalar_arguments(H, B, col_idx.shape[-1], T, qk_scale, stages))
+
+
+def _scalar_arguments(H: int, B: int, nnz: int, T: int, qk_scale: float, stages: int) -> tuple:
+    """The kernel's arguments after its pointers: the runtime scalars, then the constexprs."""
+    return (H, B, nnz, T, qk_scale, stages, K_STAGES, Q_BUFFERS, 4)
 
 
 class DirectLauncher:
@@ -587,10 +592,10 @@ class DirectLauncher:
     def launch_pointers(self, device, stream: int, ptrs: tuple, shape: tuple, nnz: int, qk_scale: float,
                         stages: int) -> None:
         """The same launch from what the caller has read once: ``stream`` the current one's handle,
-        ``ptrs`` the addresses of q, k, v, o, lse, row_ptr, col_idx, seq_lens (checked: CUDA, 16-byte
-        aligned), ``shape`` q's (B, H, T, D).
-        The launcher is handed ints, so it neither asks each tensor for its data_ptr nor the driver
-        about each pointer (~10 us of a cold host's call)."""
+        ``ptrs`` the addresses of q, k, v, o, lse, row_ptr, col_idx, seq_lens (the caller has checked
+        them: CUDA, 16-byte aligned), ``shape`` q's (B, H, T, D). The launcher is handed ints, so it
+        neither asks each tensor for its data_ptr nor the driver about each pointer (~10 us of a
+        cold host's call)."""
         q, k, v, o = ptrs[:4]
         B, H, T, d = shape
         counter = self.counters.get(stream)
@@ -599,8 +604,8 @@ class DirectLauncher:
         rows = B * H * T
         m = self.meta
         args = [*self._encoded(q, rows, d, m[0]), *self._encoded(k, rows, d, m[1]), *self._encoded(v, rows, d, m[2]),
-                *self._encoded(o, rows, d, m[3]), *ptrs[3:], counter, H, B, nnz, T, qk_scale, stages, K_STAGES,
-                Q_BUFFERS, 4]
+                *self._encoded(o, rows, d, m[3]), *ptrs[3:], counter,
+                *_scalar_arguments(H, B, nnz, T, qk_scale, stages)]
         self.raw(min(_SMS[device], (T // BLOCK) * B * H), 1, 1, stream, *self.base,
                  *args[:self.n_args + 4 * self.N_DESCRIPTORS])
 
