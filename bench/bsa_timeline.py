@@ -97,7 +97,8 @@ def stamped(source: str) -> str:
     if runtime is None:
         raise SystemExit("bsa_timeline: line not found once in the kernel: 'N_RUNTIME_ARGS = ...'")
     rep(runtime.group(0), f"\nN_RUNTIME_ARGS = {int(runtime.group(1)) + 1}\nPROF = None")
-    rep("            stages, K_STAGES, Q_BUFFERS, 4)", "            PROF, stages, K_STAGES, Q_BUFFERS, 4)")
+    rep("    return (H, B, nnz, T, qk_scale, stages, K_STAGES, Q_BUFFERS, 4)",
+        "    return (H, B, nnz, T, qk_scale, PROF, stages, K_STAGES, Q_BUFFERS, 4)")
     return rep.source
 
 
