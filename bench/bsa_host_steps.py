@@ -2,11 +2,12 @@
 
     python3 bench/bsa_host_steps.py [--submission DIR]   (after `source bench/gpu_env.sh`)
 
-On full-window-1's inputs, each step of the Gluon call's host path (its allocations, the checks,
-the stream read, the tile counter's arguments, the direct launch) and the whole call, 2000 times
-each, median return in us (the launches synchronized every 50 calls). The host's own speed moves
+On full-window-1's inputs, each step of the direct launcher's host path as _launch_gluon takes it
+(the allocations, the checks, the stream read, the tile counter's arguments, the direct launch)
+and the whole call (since ff28a0e the lean path, `submission._launch_lean`), 2000 times each,
+median return in us (the launches synchronized every 50 calls). The host's own speed moves
 between runs: compare two submissions in one call, in turn. Figures:
-docs/benchmarks-block_sparse_attn.md, "The call's host path trimmed".
+docs/benchmarks-block_sparse_attn.md, "The call's host path trimmed" and "The call's host path, cold".
 """
 from __future__ import annotations
 
