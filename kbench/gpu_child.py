@@ -31,7 +31,8 @@ def case_sender(send, more: bool, workers: int):
         send({"case": record})
         if more:
             more = False
-            spare_workers.keep_warm(workers)
+            # quiet: their imports take only the CPU this unit's timed processes leave (probe toggle)
+            spare_workers.keep_warm(workers, quiet=os.environ.get("KBENCH_QUIET_SPARES", "1") == "1")
 
     return on_case
 

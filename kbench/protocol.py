@@ -76,10 +76,16 @@ class Report:
     tampered: list[str] = field(default_factory=list)
 
 
+# The worker's load, step by step (kbench/worker.py): the contract's module, the device and the
+# timer (CUDA's context, the flush's kernels), the submission's entry point, Triton's cache key.
+LOAD_STEPS = ("contract_s", "device_s", "entry_s", "triton_s")
+
+
 @dataclass
 class Ready:
     pid: int
     setup_s: float   # the worker's own clock: how long the contract's setup took
+    load: dict = field(default_factory=dict)   # LOAD_STEPS -> seconds, the worker's own clock
 
 
 @dataclass
@@ -101,6 +107,10 @@ def done_reply(outputs, sample: Sample | None, report: dict) -> dict:
 
 def failed_reply(status: str, reason: str, healthy: bool) -> dict:
     return {"kind": "failed", "status": status, "reason": reason, "healthy": healthy}
+
+
+def _seconds(x) -> bool:
+    return type(x) in (int, float) and 0 <= x < 1e6
 
 
 def _ints(xs) -> bool:
@@ -141,10 +151,11 @@ def parse_reply(raw, *, outputs: bool, timed: bool):
         return bad
     kind = raw.get("kind")
     if kind == "ready":
-        pid, setup_s = raw.get("pid"), raw.get("setup_s")
-        if type(pid) is not int or type(setup_s) not in (int, float) or not 0 <= setup_s < 1e6:
+        pid, setup_s, load = raw.get("pid"), raw.get("setup_s"), raw.get("load", {})
+        if type(pid) is not int or not _seconds(setup_s) or not isinstance(load, dict) \
+                or not all(k in LOAD_STEPS and _seconds(v) for k, v in load.items()):
             return bad
-        return Ready(pid, float(setup_s))
+        return Ready(pid, float(setup_s), {k: float(v) for k, v in load.items()})
     if kind == "failed":
         status, reason = raw.get("status"), raw.get("reason")
         if status not in ("invalid", "error", "crash") or not isinstance(reason, str):

@@ -56,13 +56,14 @@ class BareWorker:
             interrupts.untrack(self.tmp)
 
 
-def spawn() -> BareWorker:
-    """Start one worker process; it imports torch and waits for its assignment."""
+def spawn(quiet: bool = False) -> BareWorker:
+    """Start one worker process; it imports torch and waits for its assignment. ``quiet``: it
+    imports at the lowest CPU priority (kbench/worker_entry.py), for a spare not needed yet."""
     with interrupts.critical():  # an interrupt now would find the folder or the process unregistered
-        return _spawn()
+        return _spawn(quiet)
 
 
-def _spawn() -> BareWorker:
+def _spawn(quiet: bool) -> BareWorker:
     from . import worker_entry
 
     tmp = tempfile.mkdtemp(prefix="kbench-worker-")
@@ -81,7 +82,7 @@ def _spawn() -> BareWorker:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        process = _SPAWN.Process(target=worker_entry.main, args=(child_conn, os.path.join(tmp, "worker.log")),
+        process = _SPAWN.Process(target=worker_entry.main, args=(child_conn, os.path.join(tmp, "worker.log"), quiet),
                                  daemon=True)
         # Started first: starting it unblocks SIGINT in this thread.
         resource_tracker.ensure_running()
@@ -101,17 +102,17 @@ def _spawn() -> BareWorker:
 _spares: list[BareWorker] = []
 
 
-def prestart(count: int) -> None:
+def prestart(count: int, quiet: bool = False) -> None:
     """Start ``count`` workers now; ``take`` hands them out, the rest go at exit."""
     for _ in range(count):
-        _spares.append(spawn())
+        _spares.append(spawn(quiet))
 
 
-def keep_warm(count: int) -> None:
+def keep_warm(count: int, quiet: bool = False) -> None:
     """Have ``count`` started workers waiting (a run of many evaluations, a restart after a
     crash: the next worker has imported torch already)."""
     alive = [s for s in _spares if s.process.is_alive()]
-    prestart(max(0, count - len(alive)))
+    prestart(max(0, count - len(alive)), quiet)
 
 
 def take() -> BareWorker:

@@ -59,7 +59,8 @@ class Target:
         self.setup_cases: list[dict] = []
         self.started = 0.0
         # Seconds from start() to the ready reply as this process saw it (a baseline is only
-        # waited for after the submission's first check), and setup's share, summed over restarts.
+        # waited for after the submission's first check), and setup's share and the load's steps
+        # (protocol.LOAD_STEPS, the worker's clock), summed over restarts.
         self.startup: dict[str, float] = {}
 
     def _absorb(self, reply) -> None:
@@ -87,6 +88,8 @@ class Target:
         self.startup["ready_s"] = round(self.startup.get("ready_s", 0.0) + time.perf_counter() - self.started, 2)
         if self.worker.setup_s is not None:
             self.startup["setup_s"] = round(self.startup.get("setup_s", 0.0) + self.worker.setup_s, 2)
+        for step, seconds in self.worker.load_steps.items():
+            self.startup[step] = round(self.startup.get(step, 0.0) + seconds, 2)
         return self.load_failure
 
     def ensure_running(self) -> Failure | None:

@@ -183,18 +183,29 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
                       setup_cases: list) -> None:
     target = Path(target_path).resolve()
     audit = AuditLog([str(target.parent)], [tempfile.gettempdir()])
+    steps, mark = {}, _perf_counter()
+
+    def step(name: str) -> None:   # the load's own steps, for the run's start-up figures
+        nonlocal mark
+        now = _perf_counter()
+        steps[name], mark = round(now - mark, 3), now
+
     try:
         import torch  # noqa: F401  (before the submission, so our captured names are the real ones)
 
         from .loader import load_module
 
         contract = load_module(Path(contract_path), "_kbench_contract")
+        step("contract_s")
         caller = Caller(contract, device, flush_bytes)
+        step("device_s")
         watch = _watch(caller, contract)
         audit.add_own_dir(tempfile.gettempdir())  # the worker's private temp folder (Frontier code)
         audit.install()
         caller.entry = contract.load(target)
+        step("entry_s")
         _warm_triton(device)
+        step("triton_s")
         loaded = _perf_counter()
     except BaseException as exc:  # noqa: BLE001 - any failure to load is reported, not raised
         traceback.print_exc()
@@ -212,7 +223,7 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
         _reply(conn, protocol.failed_reply(classify(exc), "setup failed: " + _one_line(exc, target),
                                            healthy=False), target)
         return
-    ready = {"kind": "ready", "pid": os.getpid(), "setup_s": round(_perf_counter() - loaded, 3)}
+    ready = {"kind": "ready", "pid": os.getpid(), "setup_s": round(_perf_counter() - loaded, 3), "load": steps}
     if not _reply(conn, ready, target):
         return
     profile_dir = os.environ.get("KBENCH_PROFILE_DIR")

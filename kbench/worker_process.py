@@ -33,6 +33,7 @@ class WorkerProcess:
         self.timeout = timeout
         self.setup_cases = setup_cases
         self.setup_s: float | None = None   # from the ready reply
+        self.load_steps: dict[str, float] = {}   # the same: the load's steps (protocol.LOAD_STEPS)
         self.process = None
         self.conn = None
         self.stop_sent = False
@@ -60,7 +61,7 @@ class WorkerProcess:
         reply = self._receive(timeout or LOAD_TIMEOUT_S + self.timeout, "loading the submission and its setup",
                               outputs=False, timed=False)
         if isinstance(reply, protocol.Ready):
-            self.setup_s = reply.setup_s
+            self.setup_s, self.load_steps = reply.setup_s, reply.load
             return None
         self.stop()
         if isinstance(reply, Failure):

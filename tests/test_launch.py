@@ -80,7 +80,7 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
             return self.alive
 
     started = []
-    monkeypatch.setattr(spare_workers, "prestart", lambda count: started.append(count))
+    monkeypatch.setattr(spare_workers, "prestart", lambda count, quiet=False: started.append(count))
     monkeypatch.setattr(spare_workers, "_spares", [])
     spare_workers.keep_warm(2)
     monkeypatch.setattr(spare_workers, "_spares", [spare_workers.BareWorker(Proc(True), None, "x"),
@@ -118,3 +118,19 @@ def test_profile_dir_gets_the_commands_profile_and_each_workers(tmp_path):
         assert pstats.Stats(str(path)).total_calls > 0
     parent = pstats.Stats(str(next(tmp_path.glob("parent-*.prof"))))
     assert any(func[2] == "run_case" for func in parent.stats), "the parent's profile misses the runner"
+
+
+def test_a_quiet_spare_imports_at_the_lowest_priority_and_its_main_thread_keeps_its_own():
+    """kbench/worker_entry.py: the imports run in a thread at nice 19 (seen from inside it); the
+    main thread, which later times the submission, is left as it was."""
+    code = (
+        "import os, sys, threading\n"
+        "seen = []\n"
+        "real = os.setpriority\n"
+        "os.setpriority = lambda *a: (real(*a), seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))\n"
+        "from kbench import worker_entry\n"
+        "worker_entry._import_quietly()\n"
+        "print(seen[0], 'kbench.worker' in sys.modules and 'torch' in sys.modules, os.getpriority(os.PRIO_PROCESS, 0))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["19", "True", str(os.getpriority(os.PRIO_PROCESS, 0))]

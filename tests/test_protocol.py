@@ -33,6 +33,9 @@ def test_a_well_formed_timed_reply_parses():
     {"kind": "done", "outputs": [{"ref": "q", "dtype": "os.system", "offset": 0, "shape": [1], "stride": [1]}],
      "sample": SAMPLE},
     {"kind": "failed", "status": "passed", "reason": "all good"},
+    {"kind": "ready", "pid": 1, "setup_s": 0.0, "load": {"device_s": -1.0}},
+    {"kind": "ready", "pid": 1, "setup_s": 0.0, "load": {"os.system": 1.0}},
+    {"kind": "ready", "pid": 1, "setup_s": 0.0, "load": [1.0]},
 ])
 def test_malformed_replies_are_invalid(raw):
     reply = protocol.parse_reply(raw, outputs=True, timed=True)
@@ -127,6 +130,24 @@ def test_a_worker_survives_a_python_exception_and_is_not_restarted(monkeypatch):
     statuses = [c["status"] for c in result["cases"]]
     assert "error" in statuses and statuses.count("passed") == len(statuses) - 1
     assert len(starts) == 1
+
+
+def test_a_ready_reply_carries_the_loads_steps():
+    reply = protocol.parse_reply({"kind": "ready", "pid": 7, "setup_s": 0.5, "load": {"device_s": 1, "entry_s": 0.25}},
+                                 outputs=False, timed=False)
+    assert reply == protocol.Ready(7, 0.5, {"device_s": 1.0, "entry_s": 0.25})
+    # a worker of an older kbench says nothing of its steps
+    assert protocol.parse_reply({"kind": "ready", "pid": 7, "setup_s": 0.5}, outputs=False, timed=False).load == {}
+
+
+def test_a_run_reports_each_targets_start_up_with_the_loads_steps():
+    options = Options(suite="smoke", device="cpu", calibrate=False, warmup_ms=1.0, only=("b3_q5_kv2_d64_f16",),
+                      stop=StopRule(min_samples=2, max_samples=2, budget_s=0.5))
+    startup = Runner(get_task("qknorm"), options).run(FIXTURES / "honest" / "qknorm" / "triton_plain")["wall"]["startup"]
+    for target in ("submission", "baseline"):
+        steps = {k: startup[target][k] for k in protocol.LOAD_STEPS}
+        assert all(0 <= v < startup[target]["ready_s"] for v in steps.values()), startup
+        assert sum(steps.values()) <= startup[target]["ready_s"]
 
 
 class _FakeEvents(CallTimer):

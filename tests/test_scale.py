@@ -172,14 +172,14 @@ def test_child_starts_the_next_units_workers_once_after_the_first_case(monkeypat
     from kbench import gpu_child, spare_workers
 
     warmed, sent = [], []
-    monkeypatch.setattr(spare_workers, "keep_warm", warmed.append)
+    monkeypatch.setattr(spare_workers, "keep_warm", lambda count, quiet=False: warmed.append((count, quiet)))
     on_case = gpu_child.case_sender(sent.append, True, 16)
     on_case({"case": "a"})
-    assert warmed == [16]
+    assert warmed == [(16, True)]   # quiet: their imports run beside this unit's timed calls
     on_case({"case": "b"})
-    assert sent == [{"case": {"case": "a"}}, {"case": {"case": "b"}}] and warmed == [16]
+    assert sent == [{"case": {"case": "a"}}, {"case": {"case": "b"}}] and warmed == [(16, True)]
     gpu_child.case_sender(sent.append, False, 16)({"case": "c"})
-    assert warmed == [16] and sent[-1] == {"case": {"case": "c"}}
+    assert warmed == [(16, True)] and sent[-1] == {"case": {"case": "c"}}
 
 
 def test_units_say_whether_more_follow_for_their_child(monkeypatch):
