@@ -12,7 +12,8 @@ are started before torch is imported here (kbench/spare_workers.py), as the ``kb
 does; the next unit's are started once the current unit's first case has ended (its own workers
 are up by then, and do not share the host with 2 x WORKERS imports), when the parent says a unit
 is left for this child (``"more"``), so no spare is left importing after the last unit
-(docs/scale-out.md).
+(docs/scale-out.md); they import at the lowest CPU priority, beside this unit's timed calls.
+A unit's workers load under the run's load gate (kbench/load_gate.py): one GPU's at a time.
 """
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ def case_sender(send, more: bool, workers: int):
         send({"case": record})
         if more:
             more = False
-            # quiet: their imports take only the CPU this unit's timed processes leave (probe toggle)
-            spare_workers.keep_warm(workers, quiet=os.environ.get("KBENCH_QUIET_SPARES", "1") == "1")
+            # quiet: their imports take only the CPU this unit's timed processes leave
+            spare_workers.keep_warm(workers, quiet=True)
 
     return on_case
 
 
 def main() -> None:
-    from . import interrupts, spare_workers
+    from . import interrupts, load_gate, spare_workers
 
     interrupts.install()
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -49,6 +50,8 @@ def main() -> None:
         out.flush()
 
     device, workers = sys.argv[1], int(sys.argv[2])
+    # Read, then kept from the workers' environment: only kbench's own processes take the gate.
+    gate = os.environ.pop(load_gate.ENV, None)
     spare_workers.prestart(workers)
     from .errors import KbenchError
     from .unit import calibration, run_unit
@@ -58,7 +61,7 @@ def main() -> None:
         unit = json.loads(line)
         try:
             meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"],
-                            on_case=case_sender(send, bool(unit.get("more")), workers))
+                            on_case=case_sender(send, bool(unit.get("more")), workers), load_gate=gate)
         except KbenchError as exc:
             send({"fatal": str(exc)})
             continue
