@@ -52,6 +52,15 @@ def main(folder: Path, commit: str) -> None:
                   f"{row['ratio']} {row['ratio_ci95']} {row['verdict']}")
     print(f"medians agreeing within their intervals (overlap): {overlap}/{total}; "
           f"kbench compare SAME or UNSURE: {same}/{total}")
+    print("where each submission's time went (s): ready = its workers' start (the slower target's),"
+          " contexts = their load's device step (CUDA's context, the timer), cases = the cases' walls,"
+          " rest = the run or unit's wall besides")
+    for a, b in zip(one, two):
+        wall_a, wall_b = a.get("wall", {}), b.get("wall", {})
+        print(f"  {a['submission'][-42:]:42} plain {time_split(wall_a.get('total_s'), wall_a.get('startup', {}), a['cases'])}")
+        for unit in wall_b.get("units", []):
+            cases = [c for c in b["cases"] if c["case"] in unit["cases"]]
+            print(f"  {'':42} {unit['gpu']} {time_split(unit.get('wall_s'), unit.get('startup', {}), cases)}")
     fault = folder / "fault.json"
     if fault.exists():
         data = json.loads(fault.read_text())
@@ -59,6 +68,17 @@ def main(folder: Path, commit: str) -> None:
         print("fault run: " + "; ".join(f"{r['submission']}: {r['summary']['passed']}/{r['summary']['total']} "
                                         f"passed, {r['summary'].get('lost', 0)} lost, notes: {r['notes']}"
                                         for r in runs))
+
+
+def time_split(wall, startup: dict, cases: list) -> str:
+    """A run's or a unit's wall as its workers' start, their contexts, its cases and the rest."""
+    if wall is None:
+        return "-"
+    ready = max((t.get("ready_s", 0.0) for t in startup.values()), default=0.0)
+    contexts = max((t.get("device_s", 0.0) for t in startup.values()), default=0.0)
+    in_cases = sum(c.get("wall_s") or 0.0 for c in cases)
+    return (f"wall {wall:5.2f}: ready {ready:5.2f} (contexts {contexts:4.2f}), cases {in_cases:5.2f}, "
+            f"rest {wall - ready - in_cases:5.2f}")
 
 
 if __name__ == "__main__":

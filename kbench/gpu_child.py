@@ -13,7 +13,6 @@ does; the next unit's are started once the current unit's first case has ended (
 are up by then, and do not share the host with 2 x WORKERS imports), when the parent says a unit
 is left for this child (``"more"``), so no spare is left importing after the last unit
 (docs/scale-out.md); they import at the lowest CPU priority, beside this unit's timed calls.
-A unit's workers load under the run's load gate (kbench/load_gate.py): one GPU's at a time.
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ def case_sender(send, more: bool, workers: int):
 
 
 def main() -> None:
-    from . import interrupts, load_gate, spare_workers
+    from . import interrupts, spare_workers
 
     interrupts.install()
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -50,8 +49,6 @@ def main() -> None:
         out.flush()
 
     device, workers = sys.argv[1], int(sys.argv[2])
-    # Read, then kept from the workers' environment: only kbench's own processes take the gate.
-    gate = os.environ.pop(load_gate.ENV, None)
     spare_workers.prestart(workers)
     from .errors import KbenchError
     from .unit import calibration, run_unit
@@ -61,7 +58,7 @@ def main() -> None:
         unit = json.loads(line)
         try:
             meta = run_unit(unit["task"], unit["submission"], unit["cases"], unit["spec"],
-                            on_case=case_sender(send, bool(unit.get("more")), workers), load_gate=gate)
+                            on_case=case_sender(send, bool(unit.get("more")), workers))
         except KbenchError as exc:
             send({"fatal": str(exc)})
             continue

@@ -14,30 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-from . import interrupts, load_gate
+from . import interrupts
 
 _prestarted: dict[str, "Child"] = {}   # label -> a child started before the run asked for it
-_gate_dir: list[str] = []              # this process's load gate's folder, once made
-
-
-def gate_path() -> str:
-    """The lock file this process's per-GPU children load their units' workers under
-    (kbench/load_gate.py): one per ``kbench`` command, removed at its exit."""
-    if not _gate_dir:
-        import atexit
-        import shutil
-
-        with interrupts.critical():
-            _gate_dir.append(tempfile.mkdtemp(prefix="kbench-gate-"))
-            interrupts.track(_gate_dir[0])
-
-        def remove() -> None:
-            with interrupts.critical():
-                shutil.rmtree(_gate_dir[0], ignore_errors=True)
-                interrupts.untrack(_gate_dir[0])
-
-        atexit.register(remove)
-    return os.path.join(_gate_dir[0], "load.lock")
 
 
 def gpu_count() -> int:
@@ -129,8 +108,6 @@ class Child:
         self.tmp = tempfile.mkdtemp(prefix="kbench-slot-")
         self.log = open(os.path.join(self.tmp, "child.log"), "w+")
         full = {**os.environ, **env, "TMPDIR": self.tmp}
-        if device == "cuda":
-            full[load_gate.ENV] = gate_path()
         with interrupts.critical():
             interrupts.track(self.tmp)
             self.popen = subprocess.Popen([sys.executable, "-m", "kbench.gpu_child", device, str(workers)],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import detectors, load_gate, protocol, timing
+from . import detectors, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
 from .host_inputs import HostInputs
@@ -48,7 +48,6 @@ class Options:
     pool: int | None = None
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
-    load_gate: str | None = None       # a lock file held while the workers load (kbench/load_gate.py)
 
     @property
     def process_count(self) -> int:
@@ -338,12 +337,9 @@ class Runner:
         before = fingerprint(watched)
         began = time.perf_counter()
         try:
-            with load_gate.held(options.load_gate):
-                for target in (sub, base):
-                    if target is not None:
-                        target.start(setup_cases)
-                if options.load_gate is not None:
-                    load_gate.wait_loaded([m.worker.conn for t in (sub, base) if t is not None for m in t.members])
+            for target in (sub, base):
+                if target is not None:
+                    target.start(setup_cases)
             sub.ready()
             records = []
             for i, case in enumerate(cases):

@@ -27,11 +27,11 @@ def options_spec(opts: Options) -> dict:
     return spec
 
 
-def _options(spec: dict, cases: list[str], on_case, load_gate: str | None) -> Options:
+def _options(spec: dict, cases: list[str], on_case) -> Options:
     spec = dict(spec)
     stop = StopRule(**spec.pop("stop"))
     # The card is calibrated once per process (calibration() below), not once per unit.
-    return Options(**spec, stop=stop, only=tuple(cases), calibrate=False, on_case=on_case, load_gate=load_gate)
+    return Options(**spec, stop=stop, only=tuple(cases), calibrate=False, on_case=on_case)
 
 
 _calibrations: dict[str, dict] = {}
@@ -59,12 +59,10 @@ def card_identity() -> dict:
     return {"uuid": str(uuid) if uuid else None, "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
-def run_unit(task_name: str, submission: Path, cases: list[str], spec: dict, on_case=None,
-             load_gate: str | None = None) -> dict:
+def run_unit(task_name: str, submission: Path, cases: list[str], spec: dict, on_case=None) -> dict:
     """Run one submission on ``cases``. Each case's record goes to ``on_case`` as it ends (as
     the runner made it, before the run's roofline figures, which the merge adds with this
-    card's calibration); returns the records and what the merge needs besides. ``load_gate``:
-    the lock file the units of other GPUs on this host load under (kbench/load_gate.py)."""
+    card's calibration); returns the records and what the merge needs besides."""
     records = []
 
     def keep(record: dict) -> None:
@@ -72,6 +70,6 @@ def run_unit(task_name: str, submission: Path, cases: list[str], spec: dict, on_
         if on_case is not None:
             on_case(records[-1])
 
-    run = evaluate(get_task(task_name), Path(submission), _options(spec, cases, keep, load_gate))
+    run = evaluate(get_task(task_name), Path(submission), _options(spec, cases, keep))
     return {"cases": records, "notes": run["notes"], "fatal": run["summary"]["fatal"],
             "startup": run["wall"].get("startup", {}), "wall_s": run["wall"].get("total_s")}
