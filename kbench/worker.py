@@ -183,12 +183,16 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
                       setup_cases: list) -> None:
     target = Path(target_path).resolve()
     audit = AuditLog([str(target.parent)], [tempfile.gettempdir()])
-    steps, mark = {}, _perf_counter()
+    # This function's own clock, bound before the submission loads: a submission that replaces
+    # the module's (the watch flags that) must not make the ready reply malformed, which would
+    # turn a flagged tamper into a load failure.
+    clock = _perf_counter
+    steps, mark = {}, clock()
 
     def step(name: str) -> None:   # the load's own steps, for the run's start-up figures
         nonlocal mark
-        now = _perf_counter()
-        steps[name], mark = round(now - mark, 3), now
+        now = clock()
+        steps[name], mark = round(max(0.0, now - mark), 3), now
 
     try:
         import torch  # noqa: F401  (before the submission, so our captured names are the real ones)
@@ -206,7 +210,7 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
         step("entry_s")
         _warm_triton(device)
         step("triton_s")
-        loaded = _perf_counter()
+        loaded = clock()
     except BaseException as exc:  # noqa: BLE001 - any failure to load is reported, not raised
         traceback.print_exc()
         _reply(conn, protocol.failed_reply("invalid" if isinstance(exc, ContractError) else "error",
@@ -223,7 +227,7 @@ def _serve_assignment(conn, contract_path: str, target_path: str, device: str, f
         _reply(conn, protocol.failed_reply(classify(exc), "setup failed: " + _one_line(exc, target),
                                            healthy=False), target)
         return
-    ready = {"kind": "ready", "pid": os.getpid(), "setup_s": round(_perf_counter() - loaded, 3), "load": steps}
+    ready = {"kind": "ready", "pid": os.getpid(), "setup_s": round(clock() - loaded, 3), "load": steps}
     if not _reply(conn, ready, target):
         return
     profile_dir = os.environ.get("KBENCH_PROFILE_DIR")
