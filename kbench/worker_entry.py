@@ -21,6 +21,8 @@ def _import_quietly() -> None:
     takes only the CPU time the timed processes leave. Linux's nice value is per thread, so the
     main thread, which later loads and times the submission, keeps its own. Anything that fails
     here is imported again, and reported, by the main thread."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)   # on Linux, this thread's
+
     def run() -> None:
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
@@ -31,10 +33,10 @@ def _import_quietly() -> None:
     thread = threading.Thread(target=run, name="kbench-quiet-import")
     thread.start()
     thread.join()
-    # Threads the imports started (torch starts two, idle) inherited the lowest priority; set
-    # them back where that is allowed (root; other users may only lower a priority).
+    # Threads the imports started (torch starts two, idle) inherited the lowest priority; give
+    # them the main thread's back where that is allowed (root; other users may only lower one).
     for tid in os.listdir("/proc/self/task"):
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), 0)
+            os.setpriority(os.PRIO_PROCESS, int(tid), own)
         except OSError:
             pass
