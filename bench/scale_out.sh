@@ -5,9 +5,11 @@
 #   --gpus all, then a run whose child on GPU 1 is killed mid-run (its cases go to GPU 0).
 # 1 (one GPU): 2 submissions, the plain run against --gpus 1 (the child path on the same card),
 #   then a child killed mid-run with no other GPU: its cases are lost, exit 3.
+# SCALE_OUT_ARGS: more options for both ranking runs and the fault run (e.g. "--pool 4").
 # Logs and JSON go to $OUT/scale_out.tgz, the comparison to $OUT/scale_out.txt.
 set -o pipefail
 GPUS=${1:-all}
+EXTRA=${SCALE_OUT_ARGS:-}
 W=/tmp/scale_out; rm -rf "$W"; mkdir -p "$W"
 KB="python3 -m kbench"
 SUBS="submissions/qknorm tests/fixtures/honest/qknorm/triton_plain tests/fixtures/honest/qknorm/torch_eager tests/fixtures/qknorm/good_torch"
@@ -22,13 +24,13 @@ timed() {  # name, then the command: its wall seconds to $W/name.wall, its outpu
 }
 # Warm the host's caches (flashinfer's JIT modules, bytecode) so neither measured run pays for them.
 timed warmup $KB eval submissions/qknorm --suite quick --case kv8_q32_d128_b1
-timed plain  $KB eval $SUBS --suite quick --json "$W/plain.json"
-timed scaled $KB eval $SUBS --suite quick --gpus "$GPUS" --json "$W/scaled.json"
+timed plain  $KB eval $SUBS --suite quick $EXTRA --json "$W/plain.json"
+timed scaled $KB eval $SUBS --suite quick $EXTRA --gpus "$GPUS" --json "$W/scaled.json"
 if [ "$SECONDS" -gt 280 ]; then echo "no time left for the fault run"; else
   # Fault: the last child killed mid-unit.
   FAULT_SUBS="submissions/qknorm tests/fixtures/qknorm/good_torch"
   [ "$GPUS" = 1 ] && FAULT_SUBS="submissions/qknorm"
-  ( $KB eval $FAULT_SUBS --suite quick --gpus "$GPUS" --json "$W/fault.json" > "$W/fault.log" 2>&1
+  ( $KB eval $FAULT_SUBS --suite quick $EXTRA --gpus "$GPUS" --json "$W/fault.json" > "$W/fault.log" 2>&1
     echo "exit $?" >> "$W/fault.log" ) &
   runner=$!
   for _ in $(seq 600); do
