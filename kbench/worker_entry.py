@@ -35,7 +35,11 @@ def _import_quietly() -> None:
     thread.join()
     # Threads the imports started (torch starts two, idle) inherited the lowest priority; give
     # them the main thread's back where that is allowed (root; other users may only lower one).
-    for tid in os.listdir("/proc/self/task"):
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:   # no /proc: nothing to set back
+        threads = []
+    for tid in threads:
         try:
             os.setpriority(os.PRIO_PROCESS, int(tid), own)
         except OSError:
