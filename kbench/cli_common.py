@@ -19,7 +19,7 @@ from .timing import StopRule
 # CPU mode: timings are not meaningful there, a few calls are enough
 CPU_CAPS = {"budget": 1.0, "min_samples": 3, "max_samples": 3, "processes": 1}
 RUN_OPTIONS = ("task_name", "suite", "only", "device", "seed", "timeout", "noise", "budget", "min_samples",
-               "max_samples", "cuda_graph", "processes", "pool")
+               "max_samples", "cuda_graph", "processes", "pool", "cuda_connections")
 
 
 class UsageProblem(click.ClickException):
@@ -65,6 +65,11 @@ def run_options(fn):
                           "averages more processes at the same cost a case (CUDA only)."),
         click.option("--cuda-graph", is_flag=True,
                      help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),
+        click.option("--cuda-connections", type=click.IntRange(1, 32), default=None,
+                     help="CUDA_DEVICE_MAX_CONNECTIONS in every worker (default: as inherited, CUDA's 8). "
+                          "1 starts each worker's CUDA context several times faster (ranking many "
+                          "submissions) but puts all streams in one hardware queue: do not time a "
+                          "multi-stream kernel with it. Recorded; compare warns when A and B differ."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
         click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON."),
         click.option("--markdown", "md_path", type=click.Path(path_type=Path),
@@ -138,6 +143,8 @@ def resolve_device(requested: str, progress: Progress) -> str:
 def options(kw: dict, device: str, progress: Progress, **extra) -> Options:
     if kw["cuda_graph"] and device != "cuda":
         raise UsageProblem("--cuda-graph needs a CUDA device")
+    if kw["cuda_connections"] is not None and device != "cuda":
+        raise UsageProblem("--cuda-connections needs a CUDA device")
     stop = {k: kw[k] for k in CPU_CAPS}
     if device == "cpu":
         capped = [f"--{k.replace('_', '-')} {CPU_CAPS[k]:g}" for k in CPU_CAPS
@@ -150,7 +157,8 @@ def options(kw: dict, device: str, progress: Progress, **extra) -> Options:
                    only=kw["only"] or None, timeout=kw["timeout"], seed=kw["seed"],
                    stop=StopRule(noise=kw["noise"], min_samples=stop["min_samples"],
                                  max_samples=stop["max_samples"], budget_s=stop["budget"]),
-                   cuda_graph=kw["cuda_graph"], processes=stop["processes"],
+                   cuda_graph=kw["cuda_graph"], cuda_connections=kw["cuda_connections"],
+                   processes=stop["processes"],
                    pool=None if device == "cpu" else kw["pool"], progress=progress, **extra)
 
 

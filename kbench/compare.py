@@ -176,6 +176,11 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
         warn.append(f"different devices: {run_a['device'].get('name')} vs {run_b['device'].get('name')}")
     if timed and run_a.get("timing", {}).get("mode") != run_b.get("timing", {}).get("mode"):
         warn.append("different timing modes")
+    connections = [run.get("timing", {}).get("cuda_connections") for run in (run_a, run_b)]
+    if timed and connections[0] != connections[1]:
+        a, b = (c if c is not None else "CUDA's default" for c in connections)
+        warn.append(f"different CUDA_DEVICE_MAX_CONNECTIONS in the workers: {a} vs {b} "
+                    f"(a multi-stream kernel's overlap differs)")
     out["warnings"] = warn
     return out
 

@@ -28,6 +28,8 @@ class Assign:
     flush_bytes: int
     interpret: bool       # run Triton kernels in its interpreter (CPU mode)
     setup_cases: list
+    # CUDA_DEVICE_MAX_CONNECTIONS for this worker (--cuda-connections), None: as inherited
+    cuda_connections: int | None = None
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,8 @@ def summary_line(run: dict) -> str:
         parts.append(f"RUN FAILED: {s['fatal']}")
     if run["timing"]["mode"] == "cuda-graph-replay":
         parts.append("CUDA-graph timing: replays of each captured call, host overhead excluded")
+    if run["timing"].get("cuda_connections") is not None:
+        parts.append(f"CUDA_DEVICE_MAX_CONNECTIONS={run['timing']['cuda_connections']} in the workers")
     return "; ".join(parts)
 
 

@@ -77,7 +77,8 @@ class Target:
         self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
                                     flush_bytes=self.flush,
                                     interpret=self.options.device == "cpu",
-                                    timeout=self.options.timeout, setup_cases=setup_cases)
+                                    timeout=self.options.timeout, setup_cases=setup_cases,
+                                    cuda_connections=self.options.cuda_connections)
         self.worker.start()
         self.started = time.perf_counter()
 

@@ -18,7 +18,8 @@ from .tasks import get_task
 from .timing import StopRule
 
 # what a unit needs of the parent's Options (all JSON-able); which cases is the unit's own
-OPTION_FIELDS = ("suite", "device", "baseline", "timeout", "seed", "warmup_ms", "cuda_graph", "processes", "pool")
+OPTION_FIELDS = ("suite", "device", "baseline", "timeout", "seed", "warmup_ms", "cuda_graph", "processes", "pool",
+                 "cuda_connections")
 
 
 def options_spec(opts: Options) -> dict:

@@ -176,6 +176,9 @@ def main(conn, log_path: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
+    # Before the CUDA context: the driver reads it when it creates one.
+    if job.cuda_connections is not None:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(job.cuda_connections)
     _serve_assignment(conn, job.contract_path, job.target_path, job.device, job.flush_bytes, job.setup_cases)
 
 

@@ -24,7 +24,7 @@ class WorkerProcess:
     """One spawned worker holding one loaded submission or baseline."""
 
     def __init__(self, contract_path: Path, target: Path, device: str, *, flush_bytes: int,
-                 interpret: bool, timeout: float, setup_cases: list):
+                 interpret: bool, timeout: float, setup_cases: list, cuda_connections: int | None = None):
         self.contract_path = Path(contract_path)
         self.target = Path(target)
         self.device = device
@@ -32,6 +32,7 @@ class WorkerProcess:
         self.interpret = interpret
         self.timeout = timeout
         self.setup_cases = setup_cases
+        self.cuda_connections = cuda_connections
         self.setup_s: float | None = None   # from the ready reply
         self.load_steps: dict[str, float] = {}   # the same: the load's steps (protocol.LOAD_STEPS)
         self.process = None
@@ -50,7 +51,8 @@ class WorkerProcess:
         self.stop_sent = False
         try:
             send(self.conn, protocol.Assign(str(self.contract_path), str(self.target), self.device,
-                                            self.flush_bytes, self.interpret, self.setup_cases))
+                                            self.flush_bytes, self.interpret, self.setup_cases,
+                                            self.cuda_connections))
         except (OSError, ValueError):
             pass  # a dead worker: wait_ready reports it
 

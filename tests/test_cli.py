@@ -85,6 +85,7 @@ def test_show_wide_has_every_parameter_as_a_column():
     (["eval", "submissions/qknorm", "--task", "nope"], "Error: unknown task 'nope'"),
     (["show", "nope"], "Error: unknown task 'nope'"),
     (["eval", "submissions/qknorm", "--cuda-graph"], "Error: --cuda-graph needs a CUDA device"),
+    (["eval", "submissions/qknorm", "--cuda-connections", "1"], "Error: --cuda-connections needs a CUDA device"),
     (["eval", str(FIXTURES / "qknorm" / "no_entry_point")], "Error: cannot tell the task of"),
     (["eval", "tests", "--task", "qknorm"], "Error: tests: no submission.py or solution.py for task qknorm"),
     (["eval", "submissions/qknorm", "--case", "nope"],

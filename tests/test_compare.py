@@ -377,3 +377,17 @@ def test_processes_of_different_cards_are_different_processes():
     records = [{"gpu": gpu, "process_ids": [0, 1], "latency_by_process_ms": [0.005, 0.0051]}
                for gpu in ("cuda:0", "cuda:1")]
     assert {p for _, p, _ in cells(records)} == {("cuda:0", 0), ("cuda:0", 1), ("cuda:1", 0), ("cuda:1", 1)}
+
+
+def test_different_cuda_connections_are_warned_about(tmp_path):
+    # Fewer connections serialize a multi-stream kernel's streams: its times then differ for that
+    # reason alone, so the comparison says so (an older result without the field counts as the default).
+    a = json.loads(_saved(tmp_path, "a", [0.010]).read_text())
+    b = json.loads(_saved(tmp_path, "b", [0.010]).read_text())
+    a["timing"].pop("cuda_connections", None)
+    b["timing"]["cuda_connections"] = None
+    assert not any("CONNECTIONS" in w for w in compare_runs(a, b)["warnings"])
+    b["timing"]["cuda_connections"] = 1
+    assert compare_runs(a, b)["warnings"] == [
+        "different CUDA_DEVICE_MAX_CONNECTIONS in the workers: CUDA's default vs 1 "
+        "(a multi-stream kernel's overlap differs)"]

@@ -296,3 +296,35 @@ def test_a_killed_ray_workers_task_folder_is_removed_by_the_next_task(tmp_path):
         (folder / "sub").mkdir(parents=True)
     assert remove_stale_folders(str(tmp_path)) == [stale.name]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_cuda_connections_reach_every_worker_before_it_loads(tmp_path, monkeypatch):
+    # --cuda-connections is set in the worker on its assignment, before the submission (and
+    # CUDA) load; it travels in a unit's options to a --gpus child or a Ray task.
+    from kbench.unit import _options, options_spec
+
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    sub = tmp_path / "qknorm"
+    sub.mkdir()
+    (sub / "submission.py").write_text(
+        'import os\nassert os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "3", "connections not set"\n'
+        + (FIXTURES / "qknorm" / "good_torch" / "submission.py").read_text())
+    options = _options(options_spec(cpu_options(cuda_connections=3)), ["b3_q5_kv2_d64_f16"], None)
+    assert options.cuda_connections == 3
+    ran = run_cpu("qknorm", sub, cuda_connections=3)
+    assert set(statuses(ran).values()) == {"passed"}
+    without = run_cpu("qknorm", sub)
+    assert {c["status"] for c in without["cases"]} == {"error"}   # the load failed
+    assert "connections not set" in without["cases"][0]["reason"]
+
+
+def test_the_workers_connections_are_recorded(monkeypatch):
+    from kbench.records import cuda_connections
+
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    assert cuda_connections(cpu_options(device="cuda")) is None
+    assert cuda_connections(cpu_options(device="cuda", cuda_connections=2)) == 2
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4")   # inherited by the workers
+    assert cuda_connections(cpu_options(device="cuda")) == 4
+    assert cuda_connections(cpu_options(device="cuda", cuda_connections=1)) == 1
+    assert cuda_connections(cpu_options()) is None   # CPU mode: no CUDA in the workers
