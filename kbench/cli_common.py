@@ -68,8 +68,9 @@ def run_options(fn):
         click.option("--cuda-connections", type=click.IntRange(1, 32), default=None,
                      help="CUDA_DEVICE_MAX_CONNECTIONS in every worker (default: as inherited, CUDA's 8). "
                           "1 starts each worker's CUDA context several times faster (ranking many "
-                          "submissions) but puts all streams in one hardware queue: do not time a "
-                          "multi-stream kernel with it. Recorded; compare warns when A and B differ."),
+                          "single-stream kernels) but puts all streams in one hardware queue: a "
+                          "multi-stream kernel loses its overlap and a missing wait between streams "
+                          "goes unseen. Recorded; compare warns when A and B differ."),
         click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
         click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the results as JSON."),
         click.option("--markdown", "md_path", type=click.Path(path_type=Path),

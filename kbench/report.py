@@ -108,7 +108,8 @@ def summary_line(run: dict) -> str:
     if run["timing"]["mode"] == "cuda-graph-replay":
         parts.append("CUDA-graph timing: replays of each captured call, host overhead excluded")
     if run["timing"].get("cuda_connections") is not None:
-        parts.append(f"CUDA_DEVICE_MAX_CONNECTIONS={run['timing']['cuda_connections']} in the workers")
+        parts.append(f"CUDA_DEVICE_MAX_CONNECTIONS={run['timing']['cuda_connections']} in the workers "
+                     f"(streams may share a hardware queue: a missing wait between them can go unseen)")
     return "; ".join(parts)
 
 

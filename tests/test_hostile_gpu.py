@@ -71,6 +71,15 @@ def test_a_side_stream_that_never_waits_on_the_callers_stream_fails():
     assert exit_code(result, None) == 1
 
 
+def test_one_cuda_connection_reaches_the_workers_context_and_hides_a_stream_race():
+    """--cuda-connections is set in the worker before its context exists. With one connection
+    every stream feeds one hardware queue in enqueue order, so the race above goes unseen: what
+    the option's help and docs/scale-out.md warn of, shown here so that it stays true."""
+    result = gpu_run(HOSTILE / "side_stream", only=CASES, cuda_connections=1)
+    assert [c["status"] for c in result["cases"]] == ["passed", "passed"], result["cases"][0]["reason"]
+    assert result["timing"]["cuda_connections"] == 1
+
+
 def test_cuda_timer_patching_is_flagged_and_has_no_effect():
     result = gpu_run(HOSTILE / "patches_timer")
     case = result["cases"][0]
