@@ -66,7 +66,8 @@ def run_options(fn):
         click.option("--cuda-graph", is_flag=True,
                      help="Time CUDA-graph replays of each call (for launch-bound kernels; labelled)."),
         click.option("--cuda-connections", type=click.IntRange(1, 32), default=None,
-                     help="CUDA_DEVICE_MAX_CONNECTIONS in every worker (default: as inherited, CUDA's 8). "
+                     help="CUDA_DEVICE_MAX_CONNECTIONS in every worker (default: CUDA's 8, whatever the "
+                          "environment says). "
                           "1 starts each worker's CUDA context several times faster (ranking many "
                           "single-stream kernels) but puts all streams in one hardware queue: a "
                           "multi-stream kernel loses its overlap and a missing wait between streams "

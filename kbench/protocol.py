@@ -28,7 +28,7 @@ class Assign:
     flush_bytes: int
     interpret: bool       # run Triton kernels in its interpreter (CPU mode)
     setup_cases: list
-    # CUDA_DEVICE_MAX_CONNECTIONS for this worker (--cuda-connections), None: as inherited
+    # CUDA_DEVICE_MAX_CONNECTIONS for this worker (--cuda-connections); None: CUDA's default
     cuda_connections: int | None = None
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 import platform
 from datetime import datetime, timezone
 
@@ -148,18 +147,6 @@ def widen_by_process_spread(records: list[dict]) -> dict:
     return spread
 
 
-def cuda_connections(options) -> int | str | None:
-    """The workers' CUDA_DEVICE_MAX_CONNECTIONS: --cuda-connections, else this process's
-    environment, which they inherit (--gpus children too; a Ray host's environment is its own,
-    so on a cluster give the option); None where nothing set it."""
-    if options.device != "cuda":
-        return None
-    if options.cuda_connections is not None:
-        return options.cuda_connections
-    value = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    return int(value) if value and value.strip().isdigit() else value
-
-
 def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
                notes: list[str], fatal: str | None, wall: dict | None = None, calibration_of=None) -> dict:
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
@@ -195,8 +182,9 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             # one process's median about its case's figure in a typical case (SD, %): every
             # case's interval holds at least this / sqrt(processes) (widen_by_process_spread)
             "process_spread_pct": spread,
-            # CUDA_DEVICE_MAX_CONNECTIONS in the workers (None: CUDA's default, 8)
-            "cuda_connections": cuda_connections(options),
+            # --cuda-connections: CUDA_DEVICE_MAX_CONNECTIONS in the workers (None: CUDA's default,
+            # 8; the workers drop any value the environment has, kbench/worker.py)
+            "cuda_connections": options.cuda_connections if options.device == "cuda" else None,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

@@ -42,8 +42,8 @@ class Options:
     stop: timing.StopRule = field(default_factory=timing.StopRule)
     warmup_ms: float = 25.0
     cuda_graph: bool = False           # time CUDA-graph replays of each call (launch-bound kernels)
-    # CUDA_DEVICE_MAX_CONNECTIONS in every worker (None: as the workers inherit it). Fewer
-    # connections start a context faster and serialize the streams (docs/scale-out.md).
+    # CUDA_DEVICE_MAX_CONNECTIONS in every worker (None: CUDA's default; the environment's is
+    # dropped). Fewer connections start a context faster and serialize the streams (docs/scale-out.md).
     cuda_connections: int | None = None
     calibrate: bool = True
     processes: int | None = None       # worker processes per target and case (None: 2 on CUDA, 1 on CPU)

@@ -176,9 +176,13 @@ def main(conn, log_path: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
-    # Before the CUDA context: the driver reads it when it creates one.
+    # Before the CUDA context: the driver reads it when it creates one. kbench's choice, not the
+    # environment's: one connection hides stream races (docs/scale-out.md), so a value exported
+    # for another program must not weaken the checks unseen.
     if job.cuda_connections is not None:
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(job.cuda_connections)
+    else:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     _serve_assignment(conn, job.contract_path, job.target_path, job.device, job.flush_bytes, job.setup_cases)
 
 

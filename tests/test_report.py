@@ -65,3 +65,11 @@ def test_columns_without_a_figure_are_left_out():
 
 def test_summary_line_on_cuda_has_the_geomean():
     assert summary_line(_gpu_run(["a"])) == "qknorm/models: passed 1/1; geomean speedup 1.900x vs flashinfer"
+
+
+def test_summary_line_names_the_workers_cuda_connections():
+    run = _gpu_run(["a"])
+    run["timing"]["cuda_connections"] = 1
+    assert summary_line(run) == ("qknorm/models: passed 1/1; geomean speedup 1.900x vs flashinfer; "
+                                 "CUDA_DEVICE_MAX_CONNECTIONS=1 in the workers (streams may share a hardware "
+                                 "queue: a missing wait between them can go unseen)")
