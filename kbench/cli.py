@@ -183,9 +183,15 @@ def compare(a, b, fail_pct, normalize, **kw):
                 saved_path, folder = (a, b) if json_a else (b, a)
                 saved = load_result(saved_path)
                 _same_task(saved, saved_path, folder, kw["task_name"])
-                kw = {**kw, "suite": kw["suite"] or saved["suite"], "task_name": saved["task"],
-                      "seed": kw["seed"] if kw["seed"] is not None else saved.get("timing", {}).get("root_seed")}
                 device = resolve_device(kw["device"], progress)
+                timing = saved.get("timing", {})
+                connections = kw["cuda_connections"]
+                if connections is None and device == "cuda":
+                    connections = timing.get("cuda_connections")
+                # like with like: the saved run's suite, seed and (on a GPU) CUDA connections
+                kw = {**kw, "suite": kw["suite"] or saved["suite"], "task_name": saved["task"],
+                      "seed": kw["seed"] if kw["seed"] is not None else timing.get("root_seed"),
+                      "cuda_connections": connections}
                 fresh = run(saved["task"], folder, options(kw, device, progress, baseline="none"))
                 result = compare_runs(saved, fresh) if json_a else compare_runs(fresh, saved)
                 warn_cards(*((saved, fresh) if json_a else (fresh, saved)))

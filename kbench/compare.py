@@ -180,7 +180,7 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
     if timed and connections[0] != connections[1]:
         a, b = (c if c is not None else "CUDA's default" for c in connections)
         warn.append(f"different CUDA_DEVICE_MAX_CONNECTIONS in the workers: {a} vs {b} "
-                    f"(a multi-stream kernel's overlap differs)")
+                    f"(a multi-stream kernel's overlap differs, and whether a stream race shows)")
     out["warnings"] = warn
     return out
 

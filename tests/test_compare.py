@@ -390,4 +390,27 @@ def test_different_cuda_connections_are_warned_about(tmp_path):
     b["timing"]["cuda_connections"] = 1
     assert compare_runs(a, b)["warnings"] == [
         "different CUDA_DEVICE_MAX_CONNECTIONS in the workers: CUDA's default vs 1 "
-        "(a multi-stream kernel's overlap differs)"]
+        "(a multi-stream kernel's overlap differs, and whether a stream race shows)"]
+
+
+@pytest.mark.parametrize("given, expected", [([], 1), (["--cuda-connections", "4"], 4)])
+def test_a_run_compared_with_a_saved_result_takes_its_cuda_connections(tmp_path, monkeypatch, given, expected):
+    # Like with like, as with the suite and the seed: the fresh run uses the saved run's
+    # connections unless the command gives its own.
+    import kbench.cli as cli_module
+
+    saved = json.loads(_saved(tmp_path, "a", [0.010]).read_text())
+    saved["timing"]["cuda_connections"] = 1
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(saved))
+    seen = []
+
+    def fake_run(task_name, folder, opts):
+        seen.append(opts.cuda_connections)
+        raise KbenchError("stop here")
+
+    monkeypatch.setattr(cli_module, "resolve_device", lambda requested, progress: "cuda")
+    monkeypatch.setattr(cli_module, "run", fake_run)
+    result = CliRunner().invoke(cli, ["compare", str(path), str(ROOT / "submissions" / "qknorm"), *given])
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen == [expected]
