@@ -304,7 +304,10 @@ def test_cuda_connections_reach_every_worker_before_it_loads(tmp_path, monkeypat
     # worker drops what the environment says: one connection hides stream races.
     from kbench.unit import _options, options_spec
 
+    from kbench import spare_workers
+
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")   # exported for some other program
+    spare_workers._discard_spares()   # so the workers below are spawned with it in their environment
     sub = tmp_path / "qknorm"
     sub.mkdir()
     (sub / "submission.py").write_text(
