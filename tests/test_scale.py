@@ -302,9 +302,8 @@ def test_cuda_connections_reach_every_worker_before_it_loads(tmp_path, monkeypat
     # --cuda-connections is set in the worker on its assignment, before the submission (and
     # CUDA) load; it travels in a unit's options to a --gpus child or a Ray task. Without it the
     # worker drops what the environment says: one connection hides stream races.
-    from kbench.unit import _options, options_spec
-
     from kbench import spare_workers
+    from kbench.unit import _options, options_spec
 
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")   # exported for some other program
     spare_workers._discard_spares()   # so the workers below are spawned with it in their environment
