@@ -8,6 +8,7 @@ import click
 
 from .cli_common import (RUN_OPTIONS, Progress, UsageProblem, check_paths, detect, given, notice, options,
                          resolve_device, run, run_options, run_scaled, wide_option, write)
+from . import worker_env
 from .compare import compare_interleaved, compare_runs, different_cards, load_result, regressed
 from .errors import KbenchError
 from .report import compare_report, markdown_report, text_report
@@ -24,6 +25,8 @@ def cli():
     Example:
         kbench eval submissions/qknorm --suite quick --json runs/1.json
     """
+    # Done first by kbench/launch.py; again here for a caller of this group (CliRunner, scripts).
+    worker_env.take_from_process()
 
 
 def _echo_table(headers, rows, wide: bool, **kw) -> None:

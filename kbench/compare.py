@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from . import process_offsets
+from . import process_offsets, worker_env
 from .errors import KbenchError
 from .timing import PROCESS_REL
 
@@ -202,7 +202,9 @@ def compare_interleaved(run: dict) -> dict:
     out = compare_cases(pairs, shared=shared_noise(k, k, *offsets), timed=bool(run["timing"]["meaningful"]))
     _show_offsets(out["summary"], offsets)
     out["summary"]["interleaved"] = True
-    out["warnings"] = []
+    # A and B both ran without them; the user who exported one is told where it went.
+    removal = worker_env.note(run["timing"].get("environment_not_passed_on") or {})
+    out["warnings"] = [removal] if removal else []
     return out
 
 

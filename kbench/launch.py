@@ -92,6 +92,9 @@ def main() -> None:
     from . import interrupts
 
     interrupts.install()  # first: a Ctrl-C from here on is one line and leaves nothing behind
+    from . import worker_env
+
+    worker_env.take_from_process()   # before any worker or GPU child inherits the environment
     count = _workers_needed(sys.argv[1:])
     if count:
         from . import spare_workers

@@ -5,7 +5,7 @@ import math
 import platform
 from datetime import datetime, timezone
 
-from . import __version__, native, process_offsets
+from . import __version__, native, process_offsets, worker_env
 from .check import CheckResult
 from .detectors import below_floor
 from .interface import TASK
@@ -159,6 +159,10 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
     spread = widen_by_process_spread(records)
     summary = summarize_run(records)
     summary["fatal"] = fatal
+    removed = worker_env.not_passed_on()
+    removal = worker_env.note(removed)
+    if removal is not None and removal not in notes:
+        notes = [*notes, removal]
     native_score = TASK.get(task.module, "native_score")
     summary["native"] = (native.validate(native_score(records, suite.name), task.name)
                          if native_score is not None and options.device == "cuda" else None)
@@ -185,6 +189,8 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             # --cuda-connections: CUDA_DEVICE_MAX_CONNECTIONS in the workers (None: CUDA's default,
             # 8; the workers drop any value the environment has, kbench/worker.py)
             "cuda_connections": options.cuda_connections if options.device == "cuda" else None,
+            # the shell's variables the workers ran without (kbench/worker_env.py)
+            "environment_not_passed_on": removed,
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

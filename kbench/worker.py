@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import channel, protocol
+from . import channel, protocol, worker_env
 from .call_timer import CallTimer
 from .channel import receive_trusted, send
 from .errors import ContractError
@@ -171,18 +171,8 @@ def main(conn, log_path: str) -> None:
         return  # the parent exited before it needed this worker
     if not isinstance(job, protocol.Assign):
         return
-    # Before anything imports Triton: it reads this once.
-    if job.interpret:
-        os.environ["TRITON_INTERPRET"] = "1"
-    else:
-        os.environ.pop("TRITON_INTERPRET", None)
-    # Before the CUDA context: the driver reads it when it creates one. kbench's choice, not the
-    # environment's: one connection hides stream races (docs/scale-out.md), so a value exported
-    # for another program must not weaken the checks unseen.
-    if job.cuda_connections is not None:
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(job.cuda_connections)
-    else:
-        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    # kbench's environment, not the shell's (kbench/worker_env.py): before Triton or CUDA start.
+    worker_env.prepare_worker(job.interpret, job.cuda_connections)
     _serve_assignment(conn, job.contract_path, job.target_path, job.device, job.flush_bytes, job.setup_cases)
 
 

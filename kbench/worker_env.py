@@ -1,0 +1,64 @@
+"""The environment a measuring worker runs in: kbench's, not the shell's.
+
+A variable exported for debugging or for another program can change what a timed call's figure
+means without failing anything. Measured on one H200 (docs/measurement.md, "The workers'
+environment"), before kbench removed them:
+- CUDA_LAUNCH_BLOCKING=1: qknorm quick read 16x slower, mla_decode quick 4.9x, every case passed,
+  and the only sign was a note blaming the calls for waiting on the device;
+- PYTORCH_NO_CUDA_MEMORY_CACHING=1: kbench died with a traceback (torch cannot share such memory
+  with another process);
+- PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: qknorm quick 1.037x the time, SLOWER;
+- CUDA_DEVICE_MAX_CONNECTIONS=1: two of the side-stream checks stopped seeing what they look for.
+
+So the `kbench` command takes them out of its own process first (kbench/launch.py, before it
+starts any worker or GPU child, which inherit that), each worker takes them out again before its
+CUDA context (kbench used as a library, a Ray node's own environment), and the run says which
+it did not pass on. ``--cuda-connections`` is the way to set the last one.
+"""
+from __future__ import annotations
+
+import os
+
+# name -> why a worker runs without it (one clause, for the run's note)
+NOT_PASSED_ON = {
+    "CUDA_LAUNCH_BLOCKING": "every launch would wait for the device, so no call could be timed behind the gate",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": "torch cannot share uncached memory with the workers",
+    "PYTORCH_CUDA_ALLOC_CONF": "the allocator's settings move a call's buffers, and so its time",
+    "PYTORCH_ALLOC_CONF": "the allocator's settings move a call's buffers, and so its time",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "one hardware queue hides stream races; --cuda-connections sets it",
+}
+
+_taken: dict[str, str] = {}   # what take_from_process() removed from this process
+
+
+def take_from_process() -> None:
+    """Remove the variables from this process, before it starts a worker or a GPU child and
+    before anything creates a CUDA context or torch's allocator; remember them for the run's
+    note (a second call adds to what the first took)."""
+    _taken.update({name: os.environ.pop(name) for name in NOT_PASSED_ON if name in os.environ})
+
+
+def not_passed_on() -> dict[str, str]:
+    """The variables this process's workers run without: those taken at start, and any still
+    set (kbench used as a library, or a Ray node's own environment)."""
+    return {**_taken, **{name: os.environ[name] for name in NOT_PASSED_ON if name in os.environ}}
+
+
+def note(removed: dict[str, str]) -> str | None:
+    if not removed:
+        return None
+    return ("not passed on to the workers: " + "; ".join(
+        f"{name}={value} ({NOT_PASSED_ON[name]})" for name, value in sorted(removed.items())))
+
+
+def prepare_worker(interpret: bool, cuda_connections: int | None) -> None:
+    """In a worker, before anything imports Triton (it reads TRITON_INTERPRET once) or makes the
+    CUDA context (the driver reads the rest when it creates one)."""
+    for name in NOT_PASSED_ON:
+        os.environ.pop(name, None)
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    if cuda_connections is not None:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(cuda_connections)

@@ -1,0 +1,122 @@
+"""The workers run in kbench's environment, not the shell's: variables that change what a timed
+call means are not passed on, and the run says so (kbench/worker_env.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kbench import spare_workers, worker_env
+from kbench.cli import cli
+from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
+
+EXPORTED = {"CUDA_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def _submission_that_sees_none_of_them(tmp_path):
+    sub = tmp_path / "qknorm"
+    sub.mkdir()
+    (sub / "submission.py").write_text(
+        "import os\n"
+        f"seen = {{k: os.environ[k] for k in {sorted(EXPORTED)!r} if k in os.environ}}\n"
+        "assert not seen, f'the worker sees {seen}'\n"
+        + (FIXTURES / "qknorm" / "good_torch" / "submission.py").read_text())
+    return sub
+
+
+def _export(monkeypatch):
+    monkeypatch.setattr(worker_env, "_taken", {})   # what the command line takes is put back after
+    for name, value in EXPORTED.items():
+        monkeypatch.setenv(name, value)
+    spare_workers._discard_spares()   # workers spawned from here on inherit the exported values
+
+
+def test_the_command_line_takes_them_out_and_the_run_names_them(tmp_path, monkeypatch):
+    _export(monkeypatch)
+    sub = _submission_that_sees_none_of_them(tmp_path)
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(cli, ["eval", str(sub), "--device", "cpu", "--case", "b3_q5_kv2_d64_f16",
+                                      "--baseline", "none", "--json", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    # out of kbench's own process too: its allocator and any GPU child start without them
+    assert not [name for name in EXPORTED if name in os.environ]
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("note: not passed on to the workers"))
+    assert "CUDA_LAUNCH_BLOCKING=1 (every launch would wait for the device" in line
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in line
+    run = json.loads(out.read_text())
+    assert run["timing"]["environment_not_passed_on"] == EXPORTED
+    assert run["cases"][0]["status"] == "passed"
+
+
+def test_the_kbench_command_takes_them_before_its_first_workers_and_still_names_them(tmp_path):
+    # kbench/launch.py takes them before it prestarts workers; the group's own call then finds
+    # none, and the run must still name what the first took.
+    sub = _submission_that_sees_none_of_them(tmp_path)
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "kbench", "eval", str(sub), "--device", "cpu", "--case",
+                           "b3_q5_kv2_d64_f16", "--baseline", "none", "--json", str(out)],
+                          cwd=ROOT, env={**os.environ, **EXPORTED}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(out.read_text())["timing"]["environment_not_passed_on"] == EXPORTED
+    assert "note: not passed on to the workers: CUDA_DEVICE_MAX_CONNECTIONS=1" in proc.stdout
+
+
+def test_compare_of_two_folders_says_what_neither_side_got(tmp_path, monkeypatch):
+    _export(monkeypatch)
+    sub = _submission_that_sees_none_of_them(tmp_path)
+    result = CliRunner().invoke(cli, ["compare", str(FIXTURES / "qknorm" / "good_torch"), str(sub), "--task", "qknorm",
+                                      "--device", "cpu", "--case", "b3_q5_kv2_d64_f16"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "warning: not passed on to the workers: CUDA_DEVICE_MAX_CONNECTIONS=1" in result.output
+
+
+def test_a_worker_takes_them_out_itself_when_kbench_is_used_as_a_library(tmp_path, monkeypatch):
+    # No command line: the parent keeps the variables (as a Ray node's environment would); the
+    # worker removes them before the submission and CUDA load.
+    _export(monkeypatch)
+    sub = _submission_that_sees_none_of_them(tmp_path)
+    run = run_cpu("qknorm", sub, only=("b3_q5_kv2_d64_f16",))
+    assert set(statuses(run).values()) == {"passed"}
+    assert run["timing"]["environment_not_passed_on"] == EXPORTED
+    assert any(n.startswith("not passed on to the workers: CUDA_DEVICE_MAX_CONNECTIONS=1") for n in run["notes"])
+
+
+def test_a_clean_environment_gives_no_note(tmp_path, monkeypatch):
+    for name in worker_env.NOT_PASSED_ON:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(worker_env, "_taken", {})
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=("b3_q5_kv2_d64_f16",))
+    assert run["timing"]["environment_not_passed_on"] == {}
+    assert not any("not passed on" in n for n in run["notes"])
+
+
+def test_the_option_still_sets_the_connections_the_environment_loses(monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")   # restored after the test, as the others are
+    worker_env.prepare_worker(interpret=True, cuda_connections=3)
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "3" and "PYTORCH_ALLOC_CONF" not in os.environ
+    assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_with_them_exported_is_timed_as_without(tmp_path):
+    # On the GPU each one did harm before kbench took them out (docs/measurement.md, "The
+    # workers' environment"): CUDA_LAUNCH_BLOCKING=1 made every call unheld and 16x slower on
+    # qknorm, PYTORCH_NO_CUDA_MEMORY_CACHING=1 killed the run with a traceback.
+    out = tmp_path / "run.json"
+    env = {**os.environ, **EXPORTED}
+    proc = subprocess.run([sys.executable, "-m", "kbench", "eval", str(ROOT / "submissions" / "qknorm"),
+                           "--suite", "quick", "--case", "kv32_q32_d128_b256", "--baseline", "none",
+                           "--budget", "0.3", "--json", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads(out.read_text())
+    case = run["cases"][0]
+    assert case["status"] == "passed" and not case["flags"]
+    # Every timed call held behind the gate: impossible had CUDA_LAUNCH_BLOCKING reached a worker.
+    assert not [n for n in case["notes"] if "could not be enqueued" in n], case["notes"]
+    assert run["timing"]["environment_not_passed_on"] == EXPORTED
