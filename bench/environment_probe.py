@@ -6,7 +6,7 @@
 A variant is NAME=VALUE, exported for that run only (kbench's parent and, unless kbench drops
 it, its workers). A clean run (none exported) comes first and again last, so the card's drift
 between runs shows. Per run: exit code, wall time, the geomean of the submission's medians
-(us), the cases that carried the "could not be enqueued ahead of the device" note, the run's
+(us) and its speedup over the baseline, the cases that carried the "could not be enqueued ahead of the device" note, the run's
 notes that name the variable, and `kbench compare` of the first clean run against it.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ def run_eval(task: str, suite: str, env_extra: dict, out: Path, extra: list[str]
                            if any("could not be enqueued" in n for n in c.get("notes", []))]
         row["run_notes"] = run.get("notes", [])
         row["statuses"] = [c["status"] for c in run["cases"]]
+        row["speedup"] = run["summary"].get("geomean_speedup")
     return row
 
 
@@ -73,7 +74,7 @@ def main() -> None:
             rows[name]["vs_clean"] = compare(Path(rows["clean"]["json"]), path)
         r = rows[name]
         print(f"{name:48s} exit {r['exit']!s:7s} wall {r['wall_s']:6.1f} s  geomean "
-              f"{r.get('geomean_us')} us  not held: {len(r.get('not_held', []))}/{len(r.get('statuses', []))}"
+              f"{r.get('geomean_us')} us  speedup {r.get('speedup')}  not held: {len(r.get('not_held', []))}/{len(r.get('statuses', []))}"
               f"  statuses {sorted(set(r.get('statuses', [])))}", flush=True)
         for note in r.get("run_notes", []):
             print(f"    run note: {note}")

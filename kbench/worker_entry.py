@@ -8,6 +8,9 @@ def main(conn, log_path: str, quiet: bool = False) -> None:
     # Spawned with SIGINT blocked (kbench/interrupts.py): ignored for good, the parent stops workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    from . import worker_env
+
+    worker_env.strip()   # before torch's import, whatever it imports with it (kbench/worker_env.py)
     if quiet:
         _import_quietly()
     from . import worker  # torch and the rest: here, in the worker, not in the parent

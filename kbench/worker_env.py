@@ -1,19 +1,25 @@
 """The environment a measuring worker runs in: kbench's, not the shell's.
 
 A variable exported for debugging or for another program can change what a timed call's figure
-means without failing anything. Measured on one H200 (docs/measurement.md, "The workers'
-environment"), before kbench removed them:
+means without failing anything. Measured on one H200 before kbench removed them
+(docs/measurement.md, "The workers' environment"):
+- TORCH_COMPILE_DISABLE=1: block_sparse_attn quick scored 517x instead of 1.83x, every case
+  passed: its FlexAttention baseline ran eager instead of compiled;
 - CUDA_LAUNCH_BLOCKING=1: qknorm quick read 16x slower, mla_decode quick 4.9x, every case passed,
   and the only sign was a note blaming the calls for waiting on the device;
+- TRITON_DEBUG=1: block_sparse_attn quick 1.54x the time; TRITON_DEFAULT_FP_FUSION=0: 1.04x;
 - PYTORCH_NO_CUDA_MEMORY_CACHING=1: kbench died with a traceback (torch cannot share such memory
   with another process);
 - PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: qknorm quick 1.037x the time, SLOWER;
 - CUDA_DEVICE_MAX_CONNECTIONS=1: two of the side-stream checks stopped seeing what they look for.
+TRITON_F32_DEFAULT and TRITON_KERNEL_OVERRIDE were not measured: by Triton's own definition
+(triton/knobs.py) they change every fp32 dot's precision, or swap compiled kernels for files.
 
 So the `kbench` command takes them out of its own process first (kbench/launch.py, before it
-starts any worker or GPU child, which inherit that), each worker takes them out again before its
-CUDA context (kbench used as a library, a Ray node's own environment), and the run says which
-it did not pass on. ``--cuda-connections`` is the way to set the last one.
+starts any worker or GPU child, which inherit that), each worker takes them out again before
+it imports Triton or makes its CUDA context (kbench used as a library, a Ray node's own
+environment), and the run says which it did not pass on. ``--cuda-connections`` is the way to
+set CUDA_DEVICE_MAX_CONNECTIONS.
 """
 from __future__ import annotations
 
@@ -26,6 +32,11 @@ NOT_PASSED_ON = {
     "PYTORCH_CUDA_ALLOC_CONF": "the allocator's settings move a call's buffers, and so its time",
     "PYTORCH_ALLOC_CONF": "the allocator's settings move a call's buffers, and so its time",
     "CUDA_DEVICE_MAX_CONNECTIONS": "one hardware queue hides stream races; --cuda-connections sets it",
+    "TORCH_COMPILE_DISABLE": "a compiled baseline would run eager, and every speedup over it would be inflated",
+    "TRITON_DEBUG": "Triton kernels would compile with debug checks, and run slower",
+    "TRITON_DEFAULT_FP_FUSION": "Triton kernels would round and run differently",
+    "TRITON_F32_DEFAULT": "Triton kernels' fp32 dots would change precision",
+    "TRITON_KERNEL_OVERRIDE": "Triton would run kernels from an override folder, not the code under test",
 }
 
 _taken: dict[str, str] = {}   # what take_from_process() removed from this process
@@ -51,11 +62,15 @@ def note(removed: dict[str, str]) -> str | None:
         f"{name}={value} ({NOT_PASSED_ON[name]})" for name, value in sorted(removed.items())))
 
 
-def prepare_worker(interpret: bool, cuda_connections: int | None) -> None:
-    """In a worker, before anything imports Triton (it reads TRITON_INTERPRET once) or makes the
-    CUDA context (the driver reads the rest when it creates one)."""
+def strip() -> None:
     for name in NOT_PASSED_ON:
         os.environ.pop(name, None)
+
+
+def prepare_worker(interpret: bool, cuda_connections: int | None) -> None:
+    """In a worker, on its assignment: before anything imports Triton (it reads its variables
+    once, at import) or makes the CUDA context (the driver reads the rest when it creates one)."""
+    strip()
     if interpret:
         os.environ["TRITON_INTERPRET"] = "1"
     else:

@@ -13,7 +13,8 @@ from kbench.cli import cli
 from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
 
 EXPORTED = {"CUDA_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
-            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            "TORCH_COMPILE_DISABLE": "1", "TRITON_DEBUG": "1", "TRITON_DEFAULT_FP_FUSION": "0"}
 
 
 def _submission_that_sees_none_of_them(tmp_path):
