@@ -187,7 +187,7 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             # case's interval holds at least this / sqrt(processes) (widen_by_process_spread)
             "process_spread_pct": spread,
             # --cuda-connections: CUDA_DEVICE_MAX_CONNECTIONS in the workers (None: CUDA's default,
-            # 8; the workers drop any value the environment has, kbench/worker.py)
+            # 8; the workers drop any value the environment has, kbench/worker_env.py)
             "cuda_connections": options.cuda_connections if options.device == "cuda" else None,
             # the shell's variables the workers ran without (kbench/worker_env.py)
             "environment_not_passed_on": removed,
