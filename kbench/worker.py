@@ -171,7 +171,7 @@ def main(conn, log_path: str) -> None:
         return  # the parent exited before it needed this worker
     if not isinstance(job, protocol.Assign):
         return
-    # kbench's environment, not the shell's (kbench/worker_env.py): before Triton or CUDA start.
+    # What this job asks for (the shell's variables went at the entry, kbench/worker_env.py).
     worker_env.prepare_worker(job.interpret, job.cuda_connections)
     _serve_assignment(conn, job.contract_path, job.target_path, job.device, job.flush_bytes, job.setup_cases)
 

@@ -16,8 +16,8 @@ TRITON_F32_DEFAULT and TRITON_KERNEL_OVERRIDE were not measured: by Triton's own
 (triton/knobs.py) they change every fp32 dot's precision, or swap compiled kernels for files.
 
 So the `kbench` command takes them out of its own process first (kbench/launch.py, before it
-starts any worker or GPU child, which inherit that), each worker takes them out again before
-it imports Triton or makes its CUDA context (kbench used as a library, a Ray node's own
+starts any worker or GPU child, which inherit that), each worker takes them out again first
+thing, before it imports torch (kbench used as a library, a Ray node's own
 environment), and the run says which it did not pass on. ``--cuda-connections`` is the way to
 set CUDA_DEVICE_MAX_CONNECTIONS.
 """
@@ -63,14 +63,16 @@ def note(removed: dict[str, str]) -> str | None:
 
 
 def strip() -> None:
+    """In a worker, first thing (kbench/worker_entry.py, every worker's one entry): before torch,
+    Triton (it reads its variables once, at import) or the CUDA context (the driver reads the
+    rest when it creates one)."""
     for name in NOT_PASSED_ON:
         os.environ.pop(name, None)
 
 
 def prepare_worker(interpret: bool, cuda_connections: int | None) -> None:
-    """In a worker, on its assignment: before anything imports Triton (it reads its variables
-    once, at import) or makes the CUDA context (the driver reads the rest when it creates one)."""
-    strip()
+    """In a worker, on its assignment (after ``strip``), before Triton or CUDA start: what this
+    job asks for."""
     if interpret:
         os.environ["TRITON_INTERPRET"] = "1"
     else:

@@ -98,6 +98,7 @@ def test_the_option_still_sets_the_connections_the_environment_loses(monkeypatch
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
     monkeypatch.setenv("TRITON_INTERPRET", "0")   # restored after the test, as the others are
+    worker_env.strip()   # a worker's sequence: at its entry, then on its assignment
     worker_env.prepare_worker(interpret=True, cuda_connections=3)
     assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "3" and "PYTORCH_ALLOC_CONF" not in os.environ
     assert os.environ["TRITON_INTERPRET"] == "1"
