@@ -181,6 +181,11 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
         a, b = (c if c is not None else "CUDA's default" for c in connections)
         warn.append(f"different CUDA_DEVICE_MAX_CONNECTIONS in the workers: {a} vs {b} "
                     f"(a multi-stream kernel's overlap differs, and whether a stream race shows)")
+    environments = [run.get("timing", {}).get("environment_passed_on") for run in (run_a, run_b)]
+    if None not in environments:   # older results did not record it
+        differ = worker_env.differences(*environments)
+        if differ:
+            warn.append(differ)
     out["warnings"] = warn
     return out
 

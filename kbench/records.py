@@ -191,6 +191,8 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             "cuda_connections": options.cuda_connections if options.device == "cuda" else None,
             # the shell's variables the workers ran without (kbench/worker_env.py)
             "environment_not_passed_on": removed,
+            # what they did inherit that may bear on a kernel: compare warns where two runs differ
+            "environment_passed_on": worker_env.passed_on(),
         },
         "baseline": next((r["baseline"] for r in records if r["baseline"]), None),
         "wall": wall or {},

@@ -12,6 +12,11 @@ means without failing anything. Measured on one H200 before kbench removed them
   with another process);
 - PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: qknorm quick 1.037x the time, SLOWER;
 - CUDA_DEVICE_MAX_CONNECTIONS=1: two of the side-stream checks stopped seeing what they look for.
+- TORCHINDUCTOR_MAX_AUTOTUNE=1: block_sparse_attn quick scored 1.66x instead of 1.84x, the
+  submission's own times unchanged: its FlexAttention baseline, which the task compiles with
+  torch.compile's defaults (reference/block_sparse_attn/baseline_flex.py), was autotuned.
+TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 moved nothing there, and Inductor's other autotuning
+variables were not measured; they go with MAX_AUTOTUNE, since they choose the same kernels.
 TRITON_F32_DEFAULT and TRITON_KERNEL_OVERRIDE were not measured: by Triton's own definition
 (triton/knobs.py) they change every fp32 dot's precision, or swap compiled kernels for files.
 
@@ -24,6 +29,7 @@ set CUDA_DEVICE_MAX_CONNECTIONS.
 from __future__ import annotations
 
 import os
+import re
 
 # name -> why a worker runs without it (one clause, for the run's note)
 NOT_PASSED_ON = {
@@ -38,8 +44,24 @@ NOT_PASSED_ON = {
     "TRITON_F32_DEFAULT": "Triton kernels' fp32 dots would change precision",
     "TRITON_KERNEL_OVERRIDE": "Triton would run kernels from an override folder, not the code under test",
 }
+# torch.compile's tuning: a compiled baseline (block_sparse_attn's FlexAttention) would be tuned
+# otherwise than the task builds it, and every speedup over it would move.
+_INDUCTOR_TUNING = "torch.compile would tune compiled kernels otherwise than the task's code asks"
+NOT_PASSED_ON.update({name: _INDUCTOR_TUNING for name in (
+    "TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM", "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_SEARCH_SPACE",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_FLEX_SEARCH_SPACE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING")})
 
 _taken: dict[str, str] = {}   # what take_from_process() removed from this process
+
+# What a worker does inherit and may bear on a kernel's build or time (NVIDIA_TF32_OVERRIDE,
+# TRITON_OVERRIDE_ARCH, Inductor's other settings, a profiler's CUDA_INJECTION64_PATH, ...): not
+# removed, since most are harmless or wanted, but recorded with the run, so that `kbench compare`
+# can say where two saved results ran in different environments.
+_RECORDED_PREFIXES = ("CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "NCCL_", "OMP_", "LD_PRELOAD")
+# kbench sets CUDA_VISIBLE_DEVICES per GPU child itself; caches are where compiled files go.
+# Anything named like a credential is never recorded.
+_NOT_RECORDED = re.compile(r"^CUDA_VISIBLE_DEVICES$|CACHE|KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH")
 
 
 def take_from_process() -> None:
@@ -53,6 +75,24 @@ def not_passed_on() -> dict[str, str]:
     """The variables this process's workers run without: those taken at start, and any still
     set (kbench used as a library, or a Ray node's own environment)."""
     return {**_taken, **{name: os.environ[name] for name in NOT_PASSED_ON if name in os.environ}}
+
+
+def passed_on() -> dict[str, str]:
+    """The variables of this process that the workers inherit and that may bear on a kernel
+    (``_RECORDED_PREFIXES``), for the run's record."""
+    return {name: value for name, value in sorted(os.environ.items())
+            if name.startswith(_RECORDED_PREFIXES) and name not in NOT_PASSED_ON
+            and not _NOT_RECORDED.search(name.upper())}
+
+
+def differences(a: dict[str, str], b: dict[str, str]) -> str | None:
+    """Where two runs' recorded environments differ, for compare's warning (None: they agree)."""
+    names = sorted(name for name in a.keys() | b.keys() if a.get(name) != b.get(name))
+    if not names:
+        return None
+    unset = "(unset)"
+    return ("the workers' environments differ: " + "; ".join(
+        f"{name} {a.get(name, unset)} vs {b.get(name, unset)}" for name in names))
 
 
 def note(removed: dict[str, str]) -> str | None:

@@ -393,6 +393,21 @@ def test_different_cuda_connections_are_warned_about(tmp_path):
         "(a multi-stream kernel's overlap differs, and whether a stream race shows)"]
 
 
+def test_runs_in_different_environments_are_warned_about(tmp_path):
+    # A variable the workers inherit (not one kbench removes) that may bear on a kernel: two
+    # results from different shells are told apart; an older result without the record is not.
+    a = json.loads(_saved(tmp_path, "a", [0.010]).read_text())
+    b = json.loads(_saved(tmp_path, "b", [0.010]).read_text())
+    a["timing"]["environment_passed_on"] = {"TRITON_OVERRIDE_ARCH": "sm80", "OMP_NUM_THREADS": "4"}
+    b["timing"]["environment_passed_on"] = {"NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "4"}
+    assert compare_runs(a, b)["warnings"] == [
+        "the workers' environments differ: NVIDIA_TF32_OVERRIDE (unset) vs 0; TRITON_OVERRIDE_ARCH sm80 vs (unset)"]
+    b["timing"]["environment_passed_on"] = dict(a["timing"]["environment_passed_on"])
+    assert compare_runs(a, b)["warnings"] == []
+    del b["timing"]["environment_passed_on"]
+    assert compare_runs(a, b)["warnings"] == []
+
+
 @pytest.mark.parametrize("given, expected", [([], 1), (["--cuda-connections", "4"], 4)])
 def test_a_run_compared_with_a_saved_result_takes_its_cuda_connections(tmp_path, monkeypatch, given, expected):
     # Like with like, as with the suite and the seed: the fresh run uses the saved run's

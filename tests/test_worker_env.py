@@ -14,7 +14,8 @@ from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
 
 EXPORTED = {"CUDA_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-            "TORCH_COMPILE_DISABLE": "1", "TRITON_DEBUG": "1", "TRITON_DEFAULT_FP_FUSION": "0"}
+            "TORCH_COMPILE_DISABLE": "1", "TRITON_DEBUG": "1", "TRITON_DEFAULT_FP_FUSION": "0",
+            "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
 
 
 def _submission_that_sees_none_of_them(tmp_path):
@@ -92,6 +93,24 @@ def test_a_clean_environment_gives_no_note(tmp_path, monkeypatch):
     run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=("b3_q5_kv2_d64_f16",))
     assert run["timing"]["environment_not_passed_on"] == {}
     assert not any("not passed on" in n for n in run["notes"])
+
+
+def test_the_run_records_what_the_workers_inherit_and_never_a_credential(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))   # where files go, not how they run
+    monkeypatch.setenv("NVIDIA_API_KEY", "not-for-the-record")
+    monkeypatch.setenv("TORCH_HUB_TOKEN", "not-for-the-record")
+    monkeypatch.setenv("TRITON_DEBUG", "1")   # removed, and recorded as such instead
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")   # kbench's own per GPU child; none on CPU
+    monkeypatch.setattr(worker_env, "_taken", {})
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=("b3_q5_kv2_d64_f16",))
+    recorded = run["timing"]["environment_passed_on"]
+    assert recorded["TRITON_ALWAYS_COMPILE"] == "1" and recorded["NVIDIA_TF32_OVERRIDE"] == "0"
+    assert not {"TRITON_CACHE_DIR", "NVIDIA_API_KEY", "TORCH_HUB_TOKEN", "TRITON_DEBUG",
+                "CUDA_VISIBLE_DEVICES"} & recorded.keys()
+    assert "not-for-the-record" not in json.dumps(run)
+    assert run["timing"]["environment_not_passed_on"] == {"TRITON_DEBUG": "1"}
 
 
 def test_the_option_still_sets_the_connections_the_environment_loses(monkeypatch):
