@@ -126,8 +126,8 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
         runs = run_scaled(kw["task_name"], submissions, options(kw, device, progress, baseline=baseline),
                           gpus, ray_address)
     for i, path in enumerate(submissions):
-        result = runs[i] if i < len(runs) else run(kw["task_name"], path, options(kw, device, progress,
-                                                                                 baseline=baseline))
+        result = runs[i] if i < len(runs) else run(kw["task_name"], path, options(
+            kw, device, progress, baseline=baseline, warm_next=i + 1 < len(submissions)))
         if len(submissions) > 1:
             click.echo(f"\n== {path}" if i else f"== {path}")
         click.echo(text_report(result, wide=kw["wide"]))
