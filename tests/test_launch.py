@@ -91,9 +91,9 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
 
 
 def test_eval_of_several_submissions_starts_each_next_runs_workers_during_the_one_before(monkeypatch):
-    # The launcher starts only the first run's workers; each later run's were imported torch from
-    # scratch when it began (3.4 s of this CPU's 4.7-s second run). Now each run, after its first
-    # case, starts as many as it took, quietly, and the next run takes those.
+    # The launcher starts only the first run's workers; a later run's used to import torch when
+    # that run began (3.4 s of this CPU's 4.7-s second run). Now each run, after its first case,
+    # starts as many as it took, quietly, and the next run takes those.
     from click.testing import CliRunner
 
     from kbench import spare_workers
