@@ -31,8 +31,7 @@ def case_sender(send, more: bool, workers: int):
         send({"case": record})
         if more:
             more = False
-            # quiet: their imports take only the CPU this unit's timed processes leave
-            spare_workers.keep_warm(workers, quiet=True)
+            spare_workers.warm_for_next(workers)
 
     return on_case
 

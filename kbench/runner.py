@@ -52,7 +52,7 @@ class Options:
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/unit.py streams them)
     # another run follows in this process (kbench eval of several submissions): once the first
-    # case is done, as many workers as this run took start, quietly, for the next
+    # case is done, as many workers as this run took start for it (spare_workers.warm_for_next)
     warm_next: bool = False
 
     @property
@@ -359,10 +359,8 @@ class Runner:
                 if options.on_case:
                     options.on_case(records[-1])
                 if options.warm_next and i == 0:
-                    # the next run's imports take only the CPU this run's timed processes leave
                     from . import spare_workers
-                    spare_workers.keep_warm(sum(len(t.members) for t in (sub, base) if t is not None),
-                                            quiet=True)
+                    spare_workers.warm_for_next(sum(len(t.members) for t in (sub, base) if t is not None))
                 if options.device == "cuda":
                     torch.cuda.empty_cache()
             fatal = None

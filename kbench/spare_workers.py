@@ -115,6 +115,14 @@ def keep_warm(count: int, quiet: bool = False) -> None:
     prestart(max(0, count - len(alive)), quiet)
 
 
+def warm_for_next(count: int) -> None:
+    """The next run's (or a GPU child's next unit's) ``count`` workers, started once the current
+    one's first case has ended: its own workers are up by then, and these import at the lowest
+    CPU priority, taking only the CPU its timed processes leave. A spare imports torch and waits;
+    it makes no CUDA context before its assignment."""
+    keep_warm(count, quiet=True)
+
+
 def take() -> BareWorker:
     """A started worker: a spare if one is alive, else a new one."""
     while _spares:
