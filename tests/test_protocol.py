@@ -181,6 +181,19 @@ def test_a_short_call_is_primed_with_the_previous_calls_arguments_never_its_own(
     assert seen == [1.0, 1.0, 2.0, 2.0, 3.0]
 
 
+def test_every_call_starts_after_a_models_other_work_that_follows_the_primer():
+    # The primer leaves the device as the call's own previous call does; in a model other
+    # kernels run between two calls. Both stay ahead of the gate: neither is timed.
+    log = []
+    timer = _FakeEvents(device_ms=0.01)
+    timer._interlude = lambda: log.append("interlude")
+    timer.spin = lambda cycles: log.append("gate")
+    invoke = lambda args: (log.append(f"call {float(args['x'][0]):g}"), (args["x"] * 2,))[1]
+    for value in (1, 2):
+        timer.timed(invoke, lambda live: live, {"x": torch.full((4,), float(value))})
+    assert log == ["interlude", "gate", "call 1", "call 1", "interlude", "gate", "call 2"]
+
+
 def test_the_primer_prepares_the_previous_inputs_again_so_a_call_that_changes_them_can_repeat():
     # Like mla_decode: the call appends to its cache and advances the length; prepare resets it.
     timer = _FakeEvents(device_ms=0.01)
