@@ -120,6 +120,7 @@ def _watch(caller: Caller, contract) -> Watch:
     watch.add("timer", caller.timer, tuple(n for n in vars(caller.timer)
                                            if n not in ("gate_ms", "gate_off", "enqueue_ms",
                                                         "primer", "last_call")))
+    watch.add("timer.interlude", caller.timer.interlude)   # None on CPU: not watched
     watch.add("contract", contract, tuple(n for n, v in vars(contract).items() if callable(v)))
     watch.add("Connection", multiprocessing.connection.Connection)
     watch.add("ForkingPickler", ForkingPickler, ("dumps",))
