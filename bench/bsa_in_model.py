@@ -3,11 +3,11 @@
     python3 bench/bsa_in_model.py [--suite quick] [--cases a,b] [--layers 16] [--rounds 12]
     (after `source bench/gpu_env.sh`; a GPU is needed)
 
-kbench reads the bundled kernel 1.5-3.3% faster on quick-global-1 than bench/crosscheck.py's
-plain process does, which computes each call's ground truth in the kernel's own context
-(docs/measurement.md, "Address translation"). Neither says what the kernel costs where it is
-used: in a model, after the kernels that wrote its inputs and while the model's weights pass
-through the same address space. This script builds that: a stack of transformer layers with
+Before the interlude (kbench/interlude.py), kbench read the bundled kernel 1.5-3.3% faster on
+quick-global-1 than bench/crosscheck.py's plain process did, which computes each call's ground
+truth in the kernel's own context. Neither says what the kernel costs where it is used: in a
+model, after the kernels that wrote its inputs and while the model's weights pass through the
+same device. This script builds that: a stack of transformer layers with
 the case's shapes (hidden = heads x 128; per layer a layer norm, the QKV projection, the copy
 that lays q, k, v out as (B, H, T, D), the attention on the case's CSR, the output projection and
 a 4x MLP; ~100 MB of weights a layer at 16 heads) and times the attention of every layer but the
@@ -16,17 +16,17 @@ first with events, behind a gate long enough that the device never waits for the
 Per case and target (the bundled kernel and the task's first baseline), medians of:
 - model: as a model runs it (its inputs just written, partly in L2);
 - model, L2 flushed: kbench's flush between the copy and the attention, in-context, so the data
-  starts cold as under kbench while the address-translation state is the model's;
+  starts cold as under kbench while the rest of the device's state is the model's;
 - model, L2 flushed, primed: the same attention called once before, untimed, as kbench's primer;
 - plain, W between: kbench's CallTimer in this process, its interlude off (primer, then W, then
   gate, flush...), on 6 input sets made ahead, cycled. W: nothing (kbench's protocol before the
-  interlude), a translation sweep (one byte of every 2 MB page of 1 GB, by a sum), a GEMM, the
-  other target's call, one or every layer of the stack without its attention;
+  interlude), a sweep over 1 GB reading one byte of every 2 MB page (by a copy, by a sum), a
+  GEMM, the other target's call, one or every layer of the stack without its attention;
   bench/interference_probe.py runs some of these for any task;
 - plain, kbench's interlude: the CallTimer as kbench runs it;
 - plain, ground truth between: the same, as bench/crosscheck.py, a fresh input set and its
   ground truth made in this context before every call.
-Figures: docs/measurement.md, "Address translation".
+Figures: docs/measurement.md, "What a call's own previous call leaves".
 """
 from __future__ import annotations
 
@@ -46,9 +46,6 @@ from kbench.call_timer import CallTimer  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
 from kbench.timing import flush_bytes  # noqa: E402
 from kbench.tasks import get_task, submission_file  # noqa: E402
-
-HEAD_DIM = 128
-
 
 class Stack:
     """A model's layers for attention inputs of `shape` (B, H, T, D); weights random, activations
@@ -150,11 +147,13 @@ def main() -> int:
     set_up(task, targets, cases)
     flush = targets[0].timer.flush
     variants = ["model", "model, L2 flushed", "model, L2 flushed, primed"]
-    plain = ["plain", "plain, 1 GB translation sweep", "plain, a 2048^3 bf16 GEMM",
-             "plain, the other target's call", "plain, one layer without attention", "plain, every layer without attention"]
+    plain = ["plain", "plain, 1 GB page sweep by copy", "plain, 1 GB page sweep by sum",
+             "plain, a 2048^3 bf16 GEMM", "plain, the other target's call",
+             "plain, one layer without attention", "plain, every layer without attention"]
     between = ["plain, kbench's interlude", "plain, ground truth between"]
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     pages = torch.zeros(1 << 30, dtype=torch.uint8, device="cuda")[::2 << 20]   # one byte per 2 MB page
+    sink = torch.empty(pages.numel(), dtype=torch.uint8, device="cuda")
     record = {}
     for case in cases:
         runner = Runner(task, Options(device="cuda"))
@@ -175,7 +174,7 @@ def main() -> int:
         for t in targets:
             other = next(o for o in targets if o is not t)
             other_args = other.prepare(sets[0])
-            works = [nothing, pages.sum, lambda: a @ a, lambda: other.invoke(other_args),
+            works = [nothing, lambda: sink.copy_(pages), pages.sum, lambda: a @ a, lambda: other.invoke(other_args),
                      one_layer.without_attention, stack.without_attention]
             for name, work in zip(plain, works):
                 res[(t.label, name)] = plain_us(t, work, task, case, sets, args.calls)

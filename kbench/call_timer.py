@@ -45,7 +45,7 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
   past the end of a full cache), and only the same function is primed (a bench script times
   several functions with one timer).
 - The interlude puts a model's other work between the primer and the call, so a call never
-  starts in the state its own previous call left: one kernel ran 9-11% faster in that state
+  starts in the state its own previous call left: one kernel ran 9-12% faster in that state
   than after any other sizable kernel, and than inside a stack of transformer layers
   (kbench/interlude.py; docs/measurement.md, "What a call's own previous call leaves").
 - The lead-in puts the call behind short kernels, as a model's previous kernels would be,

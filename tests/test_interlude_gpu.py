@@ -21,7 +21,7 @@ def test_the_interlude_runs_before_every_call_and_is_never_timed():
     alone_ms = start.elapsed_time(end)
     samples = [timer.timed(lambda args: (args["x"] + 1,), lambda live: live,
                            {"x": torch.ones(4, device="cuda")})[1] for _ in range(5)]
-    assert len(replays) == 5
+    assert len(replays) == 5 + sum(s.misses for s in samples)   # a call tried again runs it again
     assert torch.isfinite(timer.interlude.out).all()
     # A one-element add is a few microseconds; the layer is tens of them.
     assert max(s.device_ms for s in samples) < alone_ms / 2, (alone_ms, [s.device_ms for s in samples])
