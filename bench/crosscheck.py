@@ -140,6 +140,8 @@ def main() -> int:
                     help="time one target alone (a process of its own, as in kbench)")
     ap.add_argument("--no-gate", action="store_true",
                     help="diagnostic: no gate, the flush alone covers the host (the old protocol)")
+    ap.add_argument("--no-interlude", action="store_true",
+                    help="diagnostic: no model work between primer and gate (the protocol before 0baeb4f)")
     args = ap.parse_args()
 
     task = get_task(args.task)
@@ -153,6 +155,8 @@ def main() -> int:
         targets = [t for t in targets if t.label == args.only]
     for t in targets:
         t.timer.gate_off = args.no_gate
+        if args.no_interlude:
+            t.timer.interlude = None
     cases = task.suite(args.suite).cases
     if args.cases:
         cases = [c for c in cases if c.name in args.cases.split(",")]
