@@ -41,11 +41,10 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from crosscheck import Plain, set_up  # noqa: E402  (bench/ is the script's folder)
+from crosscheck import Plain, bundled_and_baseline  # noqa: E402  (bench/ is the script's folder)
 from kbench.call_timer import CallTimer  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
 from kbench.timing import flush_bytes  # noqa: E402
-from kbench.tasks import get_task, submission_file  # noqa: E402
 
 class Stack:
     """A model's layers for attention inputs of `shape` (B, H, T, D); weights random, activations
@@ -137,14 +136,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=60, help="CallTimer calls per plain variant")
     ap.add_argument("--out", type=Path, default=None, help="folder for the JSON of every sample")
     args = ap.parse_args()
-    task = get_task("block_sparse_attn")
-    targets = [Plain("submission", task, submission_file(task, ROOT / "submissions" / "block_sparse_attn"))]
-    label, path = next(iter(task.baselines("cuda").items()))
-    targets.append(Plain(f"baseline {label}", task, path))
-    cases = task.suite(args.suite).cases
-    if args.cases:
-        cases = [c for c in cases if c.name in args.cases.split(",")]
-    set_up(task, targets, cases)
+    task, targets, cases = bundled_and_baseline("block_sparse_attn", args.suite, args.cases)
     flush = targets[0].timer.flush
     variants = ["model", "model, L2 flushed", "model, L2 flushed, primed"]
     plain = ["plain", "plain, 1 GB page sweep by copy", "plain, 1 GB page sweep by sum",

@@ -57,6 +57,20 @@ def set_up(task, targets, cases) -> None:
             setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
 
 
+def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple:
+    """(task, [bundled submission, first baseline] loaded and set up, cases): the suite's cases,
+    or those of `names` (comma-separated), for the probes that time both in one process."""
+    task = get_task(task_name)
+    targets = [Plain("submission", task, submission_file(task, ROOT / "submissions" / task_name))]
+    label, path = next(iter(task.baselines("cuda").items()))
+    targets.append(Plain(f"baseline {label}", task, path))
+    cases = task.suite(suite).cases
+    if names:
+        cases = [c for c in cases if c.name in names.split(",")]
+    set_up(task, targets, cases)
+    return task, targets, cases
+
+
 def do_bench_ms(target: Plain, inputs: dict) -> float:
     import triton.testing
 

@@ -32,9 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bsa_in_model import Stack, plain_us  # noqa: E402  (bench/ is the script's folder)
-from crosscheck import Plain, set_up  # noqa: E402
+from crosscheck import bundled_and_baseline  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
-from kbench.tasks import get_task, submission_file  # noqa: E402
 from kbench.timing import summarize  # noqa: E402
 
 
@@ -45,14 +44,7 @@ def main() -> int:
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: the whole suite)")
     ap.add_argument("--calls", type=int, default=40)
     args = ap.parse_args()
-    task = get_task(args.task)
-    targets = [Plain("submission", task, submission_file(task, ROOT / "submissions" / args.task))]
-    label, path = next(iter(task.baselines("cuda").items()))
-    targets.append(Plain(f"baseline {label}", task, path))
-    cases = task.suite(args.suite).cases
-    if args.cases:
-        cases = [c for c in cases if c.name in args.cases.split(",")]
-    set_up(task, targets, cases)
+    task, targets, cases = bundled_and_baseline(args.task, args.suite, args.cases)
     layer = Stack((1, 16, 4096, 128), 1)
     for case in cases:
         runner = Runner(task, Options(device="cuda"))
