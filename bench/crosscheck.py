@@ -8,6 +8,11 @@ For every case: the inputs and ground truth kbench's runner makes for every time
 (Runner._make), the baseline and the submission alternating call by call, each call timed
 by kbench.call_timer (the worker's own code: gate, inputs written after it, L2 flush,
 placement shifts, events) and its outputs checked, the same stop rule; no worker, no IPC. One do_bench figure per target beside it.
+Before the first case another process makes a CUDA context on the GPU and exits (--alone: not):
+on one H200 a process whose context had seen no other made after it read qknorm's flashinfer
+baseline 3-3.6% slower than once one had come and gone, for the rest of its life; kbench's
+workers, started beside one another and the parent, run in the second state
+(docs/measurement.md, "A lone CUDA context").
 With --against (a `kbench eval --json` result of the same suite) it prints, per case and
 target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
 issue "Numbers you can act on") and exits 1 if any is not.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,7 +74,15 @@ def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple
     if names:
         cases = [c for c in cases if c.name in names.split(",")]
     set_up(task, targets, cases)
+    another_context_comes_and_goes()
     return task, targets, cases
+
+
+def another_context_comes_and_goes() -> None:
+    """Another process makes a CUDA context on this GPU and exits, as every kbench worker sees
+    (its siblings and the parent make theirs after it)."""
+    subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"],
+                   check=True, timeout=120)
 
 
 def do_bench_ms(target: Plain, inputs: dict) -> float:
@@ -154,6 +168,8 @@ def main() -> int:
                     help="time one target alone (a process of its own, as in kbench)")
     ap.add_argument("--no-gate", action="store_true",
                     help="diagnostic: no gate, the flush alone covers the host (the old protocol)")
+    ap.add_argument("--alone", action="store_true",
+                    help="diagnostic: no other CUDA context made after this process's own")
     ap.add_argument("--no-interlude", action="store_true",
                     help="diagnostic: no model work between primer and gate (the protocol before 0baeb4f)")
     args = ap.parse_args()
@@ -175,6 +191,8 @@ def main() -> int:
     if args.cases:
         cases = [c for c in cases if c.name in args.cases.split(",")]
     set_up(task, targets, cases)
+    if not args.alone:
+        another_context_comes_and_goes()
     stop = StopRule(budget_s=args.budget, noise=args.noise)
     rows = []
     for case in cases:
