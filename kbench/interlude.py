@@ -3,15 +3,19 @@
 In a model, a kernel never runs right after itself: the rest of the layer (norms, projections, an
 MLP) runs between two of its calls. kbench's primer calls it once more just before the gate, and
 one kernel depended on what that leaves on the device: block_sparse_attn's bundled persistent
-kernel ran 9-11% slower with any sizable other kernel between (a transformer layer, FlexAttention,
-even a reduction), and 9-12% slower inside a stack of transformer layers than kbench had read it.
-FlexAttention, flashinfer, the qknorm and mla_decode kernels moved 0-1.5% (docs/measurement.md,
-"What a call's own previous call leaves"). So every call now starts after this: one transformer
-layer without its attention, captured once in a CUDA graph and replayed before the gate, untimed.
+kernel ran 9-12% slower inside a stack of transformer layers than kbench had read it, and as slow
+with a transformer layer, FlexAttention or a small reduction between. Not every kernel between
+does it: a Triton kernel with 96 KB or more of shared memory takes most of it away, one with 8 KB,
+cuBLAS's GEMM, a layer norm or a GELU almost none. FlexAttention, flashinfer, the qknorm and
+mla_decode kernels moved 0-2% (docs/measurement.md, "What a call's own previous call leaves").
+So every call now starts after this: one transformer layer without its attention, captured once
+in a CUDA graph and replayed before the gate, untimed.
 
 Its size: hidden 2048 (16 heads of 128), 256 tokens, 96 MB of weights (QKV, output, 4x MLP): ~32 us
-of weights at 3 TB/s and 26 GFLOP of matmul on an H100, about what the flush costs. A smaller one
-may do (a torch sum alone did for that kernel); that is not measured.
+of weights at 3 TB/s and 26 GFLOP of matmul on an H100, about what the flush costs. One small
+reduction would clear that kernel's state for a few us, but then kbench's choice of kernel would
+stand in for a model's other work; the whole layer is what the in-model figures were checked
+against.
 """
 from __future__ import annotations
 
