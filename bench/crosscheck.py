@@ -11,7 +11,7 @@ placement shifts, events) and its outputs checked, the same stop rule; no worker
 Before the first case another process makes a CUDA context on the GPU and exits (--alone: not):
 on one H200 a process whose context had seen no other made after it read qknorm's flashinfer
 baseline 3-3.6% slower than once one had come and gone, for the rest of its life; kbench's
-workers, started beside one another and the parent, run in the second state
+workers read the second figure
 (docs/measurement.md, "A lone CUDA context").
 With --against (a `kbench eval --json` result of the same suite) it prints, per case and
 target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
@@ -65,7 +65,8 @@ def set_up(task, targets, cases) -> None:
 
 def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple:
     """(task, [bundled submission, first baseline] loaded and set up, cases): the suite's cases,
-    or those of `names` (comma-separated), for the probes that time both in one process."""
+    or those of `names` (comma-separated), for the probes that time both in one process; another
+    CUDA context has come and gone after this one's, as for crosscheck's own figures."""
     task = get_task(task_name)
     targets = [Plain("submission", task, submission_file(task, ROOT / "submissions" / task_name))]
     label, path = next(iter(task.baselines("cuda").items()))
@@ -79,8 +80,9 @@ def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple
 
 
 def another_context_comes_and_goes() -> None:
-    """Another process makes a CUDA context on this GPU and exits, as every kbench worker sees
-    (its siblings and the parent make theirs after it)."""
+    """Another process makes a CUDA context on this GPU and exits: the state kbench's workers
+    were measured in (they read what a plain process reads after this, with a pool of 8 or 1;
+    which of the run's other contexts puts them there is not established)."""
     subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"],
                    check=True, timeout=120)
 

@@ -14,7 +14,7 @@ sed -i 's/self.interlude = Interlude(device)/self.interlude = None/' "$COPY/kben
 grep -q "self.interlude = Interlude(device)" "$COPY/kbench/call_timer.py" && { echo "the copy still builds an interlude"; exit 1; }
 run() { python3 -m kbench eval "$SUB" --suite "$SUITE" -q --json "$OUT/interlude-$1.json" > "$OUT/interlude-$1.log" 2>&1; }
 run with-1 || exit 1
-(cd "$COPY" && PYTHONPATH="/tmp/site:$COPY" run without) || exit 1
+(cd "$COPY" && export PYTHONPATH="/tmp/site:$COPY" && run without) || exit 1
 run with-2 || exit 1
 python3 - "$OUT" <<'PY'
 import json, sys
