@@ -37,6 +37,19 @@ from kbench.runner import Options, Runner  # noqa: E402
 from kbench.timing import summarize  # noqa: E402
 
 
+def between_row(target, name: str, work, task, case, sets: list, calls: int, interlude: bool,
+                base: float | None) -> float:
+    """`calls` calls of `target` with `work` between primer and gate (kbench's interlude after it
+    when `interlude`): one printed row, the median, its 95% interval and the ratio to `base` (None:
+    this row is the base). Returns the base for the rows after it."""
+    us = plain_us(target, work, task, case, sets, calls, interlude=interlude)
+    s = summarize([x / 1e3 for x in us])
+    base = base or s.median
+    print(f"  {target.label:30s} {name:32s} {s.median * 1e3:9.2f} [{s.ci_low * 1e3:.2f}, {s.ci_high * 1e3:.2f}]"
+          f"  x{s.median / base:.4f}", flush=True)
+    return base
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("task")
@@ -58,11 +71,8 @@ def main() -> int:
                      "kbench's interlude": lambda: None}
             base = None
             for name, work in works.items():
-                us = plain_us(t, work, task, case, sets, args.calls, interlude=name == "kbench's interlude")
-                s = summarize([x / 1e3 for x in us])
-                base = base or s.median
-                print(f"  {t.label:30s} {name:26s} {s.median * 1e3:9.2f} [{s.ci_low * 1e3:.2f}, {s.ci_high * 1e3:.2f}]"
-                      f"  x{s.median / base:.4f}", flush=True)
+                base = between_row(t, name, work, task, case, sets, args.calls,
+                                   interlude=name == "kbench's interlude", base=base)
         del sets
         torch.cuda.empty_cache()
     return 0

@@ -29,10 +29,9 @@ import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bsa_in_model import plain_us  # noqa: E402  (bench/ is the script's folder)
-from crosscheck import bundled_and_baseline  # noqa: E402
+from crosscheck import bundled_and_baseline  # noqa: E402  (bench/ is the script's folder)
+from interference_probe import between_row  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
-from kbench.timing import summarize  # noqa: E402
 
 TOKENS, HIDDEN, K = 256, 2048, 1024
 DOT_TILES = ((16, 1), (32, 2), (64, 3), (64, 4), (128, 3))   # (BK, stages): 8-192 KB of shared memory
@@ -107,12 +106,8 @@ def main() -> int:
         base = None
         for _ in range(args.reps):
             for name, work in between.items():
-                us = plain_us(t, work or (lambda: None), task, case, sets, args.calls,
-                              interlude=work is None)
-                s = summarize([u / 1e3 for u in us])
-                base = base or s.median
-                print(f"  {t.label:26s} {name:32s} {s.median * 1e3:9.2f} [{s.ci_low * 1e3:.2f}, {s.ci_high * 1e3:.2f}]"
-                      f"  x{s.median / base:.4f}", flush=True)
+                base = between_row(t, name, work or (lambda: None), task, case, sets, args.calls,
+                                   interlude=work is None, base=base)
                 torch.cuda.empty_cache()
     return 0
 
