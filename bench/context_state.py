@@ -7,26 +7,30 @@ phases, with and without kbench's interlude.
 
 Phases, in this order, each timing every case with the interlude and without:
 1. alone: no context made on the GPU since this process's own;
-2. alone, after 12 s idle: the same, later (is it time?);
-3. after another process made a context and exited;
+2. after kbench's other context (kbench/other_context.py: another process makes one through the
+   driver API and exits, as a run does before its timed calls);
+3. after a torch process made a context and exited;
 4. with another process's context open, idle;
 5. alone again, after it exited.
-On one H200 qknorm's flashinfer baseline read 3-3.6% faster from phase 3 on, for the rest of the
-process's life; waiting changed nothing and the SM clock stayed at 1980 MHz (docs/measurement.md,
-"A lone CUDA context"). kbench's workers start beside one another and the parent, and read the
-second figure; crosscheck.py makes another context before its first case for that reason.
+On one H200 qknorm's flashinfer baseline read 3-3.6% faster once a torch process had made a
+context, for the rest of the process's life; 12 s of waiting changed nothing and the SM clock
+stayed at 1980 MHz (docs/measurement.md, "A lone CUDA context"). Phase 2 against phase 1 is
+whether kbench's driver-only context does the same; phase 3 against phase 2, whether it leaves
+anything for a torch context to do.
 """
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import crosscheck as cc  # noqa: E402  (bench/ is the script's folder)
+from kbench import other_context as kbench_other_context  # noqa: E402
 from kbench.tasks import get_task, submission_file  # noqa: E402
 from kbench.timing import StopRule  # noqa: E402
 
@@ -72,12 +76,11 @@ def main() -> int:
                       f"[{r['ci95_ms'][0] * 1e3:.2f}, {r['ci95_ms'][1] * 1e3:.2f}] n={r['n']}", flush=True)
 
     measure("alone")
-    time.sleep(12)
-    measure("alone, after 12 s idle")
-    proc = other_context()
-    proc.kill()
-    proc.wait()
-    measure("after another context came and went")
+    made = kbench_other_context.make_and_exit(torch.cuda.current_device())
+    print(f"kbench's other context: {made['seconds']:.2f} s on {made['uuid']}", flush=True)
+    measure("after kbench's other context")
+    cc.another_context_comes_and_goes()
+    measure("after a torch context came and went")
     proc = other_context()
     measure("with another context open")
     proc.kill()

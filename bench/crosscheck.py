@@ -10,8 +10,8 @@ by kbench.call_timer (the worker's own code: gate, inputs written after it, L2 f
 placement shifts, events) and its outputs checked, the same stop rule; no worker, no IPC. One do_bench figure per target beside it.
 Before the first case another process makes a CUDA context on the GPU and exits (--alone: not):
 on one H200 a process whose context had seen no other made after it read qknorm's flashinfer
-baseline 3-3.6% slower than once one had come and gone, for the rest of its life; kbench's
-workers read the second figure
+baseline 3-3.6% slower than once one had come and gone, for the rest of its life; a kbench run
+has one made after its workers' own (kbench/other_context.py, the same call used here)
 (docs/measurement.md, "A lone CUDA context").
 With --against (a `kbench eval --json` result of the same suite) it prints, per case and
 target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from kbench import protocol  # noqa: E402
+from kbench import other_context, protocol  # noqa: E402
 from kbench.call_timer import CallTimer  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
 from kbench.tasks import get_task, submission_file  # noqa: E402
@@ -80,11 +79,10 @@ def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple
 
 
 def another_context_comes_and_goes() -> None:
-    """Another process makes a CUDA context on this GPU and exits: the state kbench's workers
-    were measured in (they read what a plain process reads after this, with a pool of 8 or 1;
-    which of the run's other contexts puts them there is not established)."""
-    subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"],
-                   check=True, timeout=120)
+    """Another process makes a CUDA context on this GPU and exits, as a kbench run has one made
+    after its workers' own before their timed calls (kbench/other_context.py): without it this
+    process's context would be the GPU's last made, and read a few percent slow."""
+    other_context.make_and_exit(torch.cuda.current_device())
 
 
 def do_bench_ms(target: Plain, inputs: dict) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import detectors, protocol, timing
+from . import detectors, other_context, protocol, timing
 from .check import CheckResult
 from .errors import KbenchError
 from .host_inputs import HostInputs
@@ -131,6 +131,7 @@ class Runner:
         self.stop = dataclasses.replace(stop, min_samples=min(max(stop.min_samples, 3 * self.processes),
                                                               stop.max_samples))
         self.host_inputs: HostInputs | None = None   # the cases' first inputs, drawn ahead (run)
+        self.other_contexts: list[dict] = []   # made after the workers' own (kbench/other_context.py)
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -190,6 +191,7 @@ class Runner:
         return record
 
     def _run_case(self, case: Case, sub: Replicas, base: Replicas | None) -> dict:
+        pools = [t for t in (sub, base) if t is not None]
         failure = sub.ensure_running()
         if failure:
             return case_record(case, failure.status, failure.reason)
@@ -226,6 +228,8 @@ class Runner:
                 else:
                     base_failure += " (timed anyway: a trusted baseline's speed is still informative)"
 
+        if self.options.device == "cuda":
+            self._follow_contexts(case, pools)
         targets = [t for t in (base, sub) if t is not None]
         series = {id(t): _Series() for t in targets}
         for target in targets:
@@ -243,6 +247,21 @@ class Runner:
         if failed is not None:
             return failed
         return self._finish(case, worst, sub, base, series, base_failure, base_status)
+
+    def _follow_contexts(self, case: Case, pools: list[Replicas]) -> None:
+        """Another CUDA context after every loaded worker's own, when one started since the last
+        (kbench/other_context.py); the run still goes on if it cannot be made, with a note."""
+        try:
+            made = other_context.settle([m for pool in pools for m in pool.members],
+                                        lambda: other_context.make_and_exit(torch.cuda.current_device()))
+        except other_context.OtherContextError as exc:
+            note = (f"another CUDA context could not be made before the timed calls ({exc}): a worker "
+                    f"whose context was the GPU's last may read a few percent slow")
+            if note not in self.notes:
+                self.notes.append(note)
+            return
+        if made is not None:
+            self.other_contexts.append({"before_case": case.name, **made})
 
     def _timed_rounds(self, case, targets, series, sub, worst: WorstError) -> dict | None:
         """Fresh inputs per round, one timed call per target on them, until every target's
@@ -386,7 +405,8 @@ class Runner:
                      f"({len(changed)}: {', '.join(changed[:3])}); reinstall before trusting any result")
         startup = {"submission": sub.startup, **({"baseline": base.startup} if base is not None else {})}
         return run_record(self.task, suite, options, str(submission), calibration, records, self.notes, fatal,
-                          wall={"total_s": round(time.perf_counter() - began, 2), "startup": startup})
+                          wall={"total_s": round(time.perf_counter() - began, 2), "startup": startup,
+                                "other_contexts": self.other_contexts})
 
     def _baseline_target(self, flush: int) -> Replicas | None:
         if self.options.baseline == "none":

@@ -56,6 +56,7 @@ class Target:
         self.load_failure: Failure | None = None
         self.flags: list[str] = []   # what the worker's tripwires saw, not yet put on a case
         self.readied = False         # ready() has been waited for
+        self.context_followed = False  # another CUDA context was made after this worker's (kbench/other_context.py)
         self.setup_cases: list[dict] = []
         self.started = 0.0
         # Seconds from start() to the ready reply as this process saw it (a baseline is only
@@ -80,6 +81,7 @@ class Target:
                                     timeout=self.options.timeout, setup_cases=setup_cases,
                                     cuda_connections=self.options.cuda_connections)
         self.worker.start()
+        self.context_followed = False
         self.started = time.perf_counter()
 
     def ready(self) -> Failure | None:
