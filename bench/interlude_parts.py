@@ -11,7 +11,11 @@ sets made ahead (cycled), with between primer and gate one of:
 - torch's sum over 256 KB or 64 MB, a layer norm, a GELU and a cuBLAS matmul at the interlude's
   shapes (256 tokens, hidden 2048);
 - a Triton elementwise add (no shared memory), and one Triton dot kernel compiled at several
-  tile depths, so that only its shared memory differs (the size Triton reports is printed).
+  tile depths, so that only its shared memory differs (the size Triton reports is printed);
+- the add and the largest dot on 4 programs (SMs) instead of all, and the 256 KB sum followed by
+  either on all SMs: does the state follow which SMs ran last, or their shared-memory setup?
+- a Triton kernel on 4 programs whose code alone is large (unrolled arithmetic, no shared memory):
+  is it the code the kernel between brings in? Each Triton row names its cubin's size.
 The ratio to the first "nothing" is what the state is worth to the kernel; `--reps` repeats the
 whole list, in order, to show the drift between rounds. docs/measurement.md, "What a call's own
 previous call leaves", has the figures and what they say about the interlude's size.
@@ -35,6 +39,7 @@ from kbench.runner import Options, Runner  # noqa: E402
 
 TOKENS, HIDDEN, K = 256, 2048, 1024
 DOT_TILES = ((16, 1), (32, 2), (64, 3), (64, 4), (128, 3))   # (BK, stages): 8-192 KB of shared memory
+LONG_CODE_STEPS = (64, 768)   # unrolled steps: a few KB of code, and some tens (4096 takes minutes to compile)
 
 
 @triton.jit
@@ -58,6 +63,16 @@ def _add_one(x, y, n, B: tl.constexpr):
     tl.store(y + o, tl.load(x + o, mask=o < n) + 1, mask=o < n)
 
 
+@triton.jit
+def _long_code(x, STEPS: tl.constexpr):
+    """No shared memory, one tile, and STEPS unrolled steps of arithmetic: only its code is large."""
+    o = tl.arange(0, 128)
+    v = tl.load(x + o)
+    for i in tl.static_range(STEPS):
+        v = tl.where(v > i * 0.01, v * 0.999 + 0.5, v * 1.001 - 0.25)
+    tl.store(x + o, v)
+
+
 def works() -> dict:
     """name -> the work put between primer and gate (kbench's interlude is the timer's own)."""
     dev, bf16 = "cuda", torch.bfloat16
@@ -78,8 +93,20 @@ def works() -> dict:
            "Triton add, no shared memory": lambda: _add_one[(256,)](flat, flat_out, flat.numel(), B=4096)}
     for bk, stages in DOT_TILES:
         compiled = _dot[(sms,)](a, b, c, K=K, BK=bk, num_stages=stages)
-        name = f"Triton dot, {compiled.metadata.shared // 1024} KB shared"
+        name = f"Triton dot, {compiled.metadata.shared // 1024} KB shared, {len(compiled.asm['cubin']) // 1024} KB cubin"
         out[name] = lambda bk=bk, stages=stages: _dot[(sms,)](a, b, c, K=K, BK=bk, num_stages=stages)
+    # On 4 SMs rather than all of them, and after the small sum: is it which SMs ran last, or what
+    # their shared memory was set up for?
+    big_dot = DOT_TILES[-1]
+    out["Triton add, 4 programs"] = lambda: _add_one[(4,)](flat, flat_out, 4 * 4096, B=4096)
+    out["Triton dot, largest, 4 programs"] = lambda: _dot[(4,)](a, b, c, K=K, BK=big_dot[0], num_stages=big_dot[1])
+    out["sum of 256 KB, then Triton add"] = lambda: (small.sum(), out["Triton add, no shared memory"]())
+    for steps in LONG_CODE_STEPS:
+        compiled = _long_code[(4,)](flat, STEPS=steps)
+        out[f"Triton {len(compiled.asm['cubin']) // 1024} KB cubin, 4 programs, no shared"] = \
+            lambda steps=steps: _long_code[(4,)](flat, STEPS=steps)
+    out["sum of 256 KB, then Triton dot, largest"] = lambda: (small.sum(), _dot[(sms,)](
+        a, b, c, K=K, BK=big_dot[0], num_stages=big_dot[1]))
     torch.cuda.synchronize()
     return out
 
