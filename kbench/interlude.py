@@ -4,9 +4,10 @@ In a model, a kernel never runs right after itself: the rest of the layer (norms
 MLP) runs between two of its calls. kbench's primer calls it once more just before the gate, and
 one kernel depended on what that leaves on the device: block_sparse_attn's bundled persistent
 kernel ran 9-12% slower inside a stack of transformer layers than kbench had read it, and as slow
-with a transformer layer, FlexAttention or a small reduction between. Not every kernel between
-does it: a Triton kernel with 96 KB or more of shared memory takes most of it away, one with 8 KB,
-cuBLAS's GEMM, a layer norm or a GELU almost none. FlexAttention, flashinfer, the qknorm and
+with a transformer layer, FlexAttention or a small reduction between. What the primer leaves is
+the kernel's own code, still cached: a kernel between with a lot of code takes most of it away
+(a Triton kernel of 182 KB of cubin on 4 SMs, with no shared memory), one with little code almost
+none (19 KB; cuBLAS's GEMM, a layer norm, a GELU). FlexAttention, flashinfer, the qknorm and
 mla_decode kernels moved 0-2% (docs/measurement.md, "What a call's own previous call leaves").
 So every call now starts after this: one transformer layer without its attention, captured once
 in a CUDA graph and replayed before the gate, untimed.
