@@ -191,7 +191,7 @@ class Runner:
         return record
 
     def _run_case(self, case: Case, sub: Replicas, base: Replicas | None) -> dict:
-        pools = [t for t in (sub, base) if t is not None]
+        pools = [t for t in (sub, base) if t is not None]   # kept: base may be dropped below, its workers live on
         failure = sub.ensure_running()
         if failure:
             return case_record(case, failure.status, failure.reason)

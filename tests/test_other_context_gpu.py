@@ -1,8 +1,6 @@
 """On a CUDA device (skipped without one): the other context lands on the workers' GPU, and a run
 makes one before its first timed calls and again after a worker was restarted, following every
 worker then loaded (kbench/other_context.py)."""
-import os
-
 import pytest
 import torch
 
