@@ -71,7 +71,7 @@ class Tally:
         if meta.get("fatal") and meta["fatal"] not in self.fatal[s]:
             self.fatal[s].append(meta["fatal"])
         self.units[s].append({"gpu": label, "cases": list(unit.cases), "wall_s": meta.get("wall_s"),
-                              "startup": meta.get("startup", {})})
+                              "startup": meta.get("startup", {}), "other_contexts": meta.get("other_contexts", [])})
 
     def unfinished(self, unit: Unit) -> list[str]:
         return [c for c in unit.cases if (unit.submission, c) not in self.records]

@@ -73,4 +73,5 @@ def run_unit(task_name: str, submission: Path, cases: list[str], spec: dict, on_
 
     run = evaluate(get_task(task_name), Path(submission), _options(spec, cases, keep))
     return {"cases": records, "notes": run["notes"], "fatal": run["summary"]["fatal"],
-            "startup": run["wall"].get("startup", {}), "wall_s": run["wall"].get("total_s")}
+            "startup": run["wall"].get("startup", {}), "wall_s": run["wall"].get("total_s"),
+            "other_contexts": run["wall"].get("other_contexts", [])}

@@ -166,6 +166,8 @@ def test_device_lost_mid_run_retried_elsewhere():
     assert retried and set(retried) <= set(SMOKE[0::2]) - cpu0
     assert any(n.startswith("cpu:0 lost (killed by signal 9") and "tried again elsewhere" in n for n in run["notes"])
     assert run["summary"]["lost"] == 0 and exit_code(run, None) == 1
+    # each unit says where its time went, the other CUDA contexts too (none on CPU)
+    assert run["wall"]["units"] and all(u["other_contexts"] == [] and "startup" in u for u in run["wall"]["units"])
 
 
 def test_child_starts_the_next_units_workers_once_after_the_first_case(monkeypatch):
