@@ -6,8 +6,8 @@ one kernel depended on what that leaves on the device: block_sparse_attn's bundl
 kernel ran 9-12% slower inside a stack of transformer layers than kbench had read it, and as slow
 with a transformer layer, FlexAttention or a small reduction between. What the primer leaves is
 the kernel's own code, still cached: a kernel between with a lot of code takes most of it away
-(a Triton kernel of 182 KB of cubin on 4 SMs, with no shared memory), one with little code almost
-none (19 KB; cuBLAS's GEMM, a layer norm, a GELU). FlexAttention, flashinfer, the qknorm and
+(a Triton kernel with 36 KB of instructions on 4 SMs, no shared memory), one with little code
+almost none (3 KB; cuBLAS's GEMM, a layer norm, a GELU). FlexAttention, flashinfer, the qknorm and
 mla_decode kernels moved 0-2% (docs/measurement.md, "What a call's own previous call leaves").
 So every call now starts after this: one transformer layer without its attention, captured once
 in a CUDA graph and replayed before the gate, untimed.
