@@ -200,3 +200,21 @@ def test_bsa_schedule_models_tail_is_the_kernels():
         assert {bh for bh, _ in tiles[:(heads - tail) * 4]} == set(range(heads - tail)), heads
         # within the tail, query block after query block: every tail head's last block first
         assert [qb for _, qb in tiles[(heads - tail) * 4:]][:tail] == [3] * tail, heads
+
+
+def test_code_size_reads_a_kernels_instructions_from_its_cubin(monkeypatch):
+    """bench/code_size.py compiles for the GPU without one; the .text it reads grows with the code
+    a kernel unrolls, in whole 16-byte instructions, and is part of the cubin, not all of it."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import code_size
+    import interlude_parts
+
+    target, flat = GPUTarget("cuda", 90, 32), torch.empty(1 << 20)
+    short, long = (code_size.compile_for(interlude_parts._long_code, target, [flat, steps]) for steps in (64, 768))
+    sizes = [code_size.text_bytes(k.asm["cubin"]) for k in (short, long)]
+    assert all(s > 0 and s % 16 == 0 for s in sizes), sizes
+    assert sizes[1] > 8 * sizes[0]
+    assert sizes[1] < len(long.asm["cubin"])
