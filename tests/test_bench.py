@@ -202,19 +202,23 @@ def test_bsa_schedule_models_tail_is_the_kernels():
         assert [qb for _, qb in tiles[(heads - tail) * 4:]][:tail] == [3] * tail, heads
 
 
-def test_code_size_reads_a_kernels_instructions_from_its_cubin(monkeypatch):
+def test_code_size_reads_a_kernels_instructions_from_its_cubin():
     """bench/code_size.py compiles for the GPU without one; the .text it reads grows with the code
-    a kernel unrolls, in whole 16-byte instructions, and is part of the cubin, not all of it."""
-    import torch
-    from triton.backends.compiler import GPUTarget
+    a kernel unrolls, in whole 16-byte instructions, and is part of the cubin, not all of it. In a
+    process of its own: a compile in this one leaves Triton's interpreter broken for later tests."""
+    import json
+    import subprocess
+    import sys
 
-    monkeypatch.syspath_prepend(str(BENCH))
-    import code_size
-    import interlude_parts
-
-    target, flat = GPUTarget("cuda", 90, 32), torch.empty(1 << 20)
-    short, long = (code_size.compile_for(interlude_parts._long_code, target, [flat, steps]) for steps in (64, 768))
-    sizes = [code_size.text_bytes(k.asm["cubin"]) for k in (short, long)]
-    assert all(s > 0 and s % 16 == 0 for s in sizes), sizes
-    assert sizes[1] > 8 * sizes[0]
-    assert sizes[1] < len(long.asm["cubin"])
+    script = (
+        "import json, torch, code_size, interlude_parts\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "t, x = GPUTarget('cuda', 90, 32), torch.empty(1 << 20)\n"
+        "ks = [code_size.compile_for(interlude_parts._long_code, t, [x, n]) for n in (64, 768)]\n"
+        "print(json.dumps([[code_size.text_bytes(k.asm['cubin']), len(k.asm['cubin'])] for k in ks]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=BENCH, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (short, _), (long, long_cubin) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert short > 0 and long % 16 == 0 and short % 16 == 0
+    assert long > 8 * short
+    assert long < long_cubin
