@@ -1,6 +1,6 @@
 """How much machine code a kernel is, compiled for the GPU on any machine (no GPU needed).
 
-    python3 bench/code_size.py [--arch 90]
+    python3 bench/code_size.py [--arch 90] [--bsa FOLDER]
     (with the GPU host's triton, 3.6: `pip install --target DIR triton==3.6.0` and PYTHONPATH=DIR)
 
 A kernel's code is what block_sparse_attn's bundled kernel fetches again on every call of a model,
@@ -9,7 +9,9 @@ leaves"): less of it is less to fetch. This compiles, for sm_{arch}a, the bundle
 full case's shapes and bench/interlude_parts.py's Triton kernels, each specialised on its arguments
 as Triton's JIT specialises a launch (types, 16-byte alignment, integers divisible by 16), and
 prints per kernel the size of its .text (the instructions: 16 bytes each), of the whole cubin
-(which interlude_parts prints on the GPU), and the shared memory Triton reports.
+(which interlude_parts prints on the GPU), and the shared memory Triton reports. `--bsa`: the
+block_sparse_attn kernel from another folder's bsa_gluon.py (a variant being sized before any
+device time is spent on it).
 """
 from __future__ import annotations
 
@@ -55,14 +57,20 @@ def compile_for(fn, target: GPUTarget, args: list, source=ASTSource, **options):
     return triton.compile(source(fn, signature, constexprs, attrs), target=target, options=options)
 
 
-def bundled_bsa(target: GPUTarget):
-    """The bundled block_sparse_attn kernel at full-global-1's shapes (1 x 16 heads x 4096 rows of 128),
-    with the arguments and options its launch uses (bsa_gluon.launch)."""
+BUNDLED_BSA = ROOT / "submissions" / "block_sparse_attn"
+
+
+def bundled_bsa(target: GPUTarget, folder: Path = BUNDLED_BSA):
+    """The block_sparse_attn kernel of ``folder``'s bsa_gluon.py (the bundled one by default) at
+    full-global-1's shapes (1 x 16 heads x 4096 rows of 128), with the arguments and options its
+    launch uses (bsa_gluon.launch)."""
+    import importlib.util
+
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    if str(ROOT / "submissions" / "block_sparse_attn") not in sys.path:
-        sys.path.insert(0, str(ROOT / "submissions" / "block_sparse_attn"))
-    import bsa_gluon as g
+    spec = importlib.util.spec_from_file_location("bsa_gluon", Path(folder) / "bsa_gluon.py")
+    g = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(g)
 
     B, H, T, D = 1, 16, 4096, 128
     q = torch.empty(B, H, T, D, dtype=torch.bfloat16)
@@ -93,10 +101,12 @@ def interlude_parts(target: GPUTarget):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100, H200)")
+    ap.add_argument("--bsa", type=Path, default=BUNDLED_BSA, help="folder of the bsa_gluon.py to size")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     print(f"triton {triton.__version__}, sm_{args.arch}a; KB of .text (instructions), cubin, shared memory")
-    kernels = {"block_sparse_attn bundled (_bsa_fwd_ws)": bundled_bsa(target), **interlude_parts(target)}
+    label = "bundled" if args.bsa.resolve() == BUNDLED_BSA else str(args.bsa)
+    kernels = {f"block_sparse_attn {label} (_bsa_fwd_ws)": bundled_bsa(target, args.bsa), **interlude_parts(target)}
     for name, k in kernels.items():
         cubin = k.asm["cubin"]
         text = text_bytes(cubin)
