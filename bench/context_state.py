@@ -30,7 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import crosscheck as cc  # noqa: E402  (bench/ is the script's folder)
-from kbench import other_context as kbench_other_context  # noqa: E402
+from kbench import other_context  # noqa: E402
 from kbench.tasks import get_task, submission_file  # noqa: E402
 from kbench.timing import StopRule  # noqa: E402
 
@@ -38,8 +38,8 @@ IDLE_CONTEXT = ("import torch, time; torch.zeros(1, device='cuda'); torch.cuda.s
                 "print('up', flush=True); time.sleep(600)")
 
 
-def other_context() -> subprocess.Popen:
-    """Another process with a CUDA context on this GPU, open until killed."""
+def open_torch_context() -> subprocess.Popen:
+    """Another process with a CUDA context made by torch on this GPU, open until killed."""
     proc = subprocess.Popen([sys.executable, "-c", IDLE_CONTEXT], stdout=subprocess.PIPE, text=True)
     if proc.stdout.readline().strip() != "up":
         raise SystemExit("the other process could not make a CUDA context")
@@ -76,12 +76,14 @@ def main() -> int:
                       f"[{r['ci95_ms'][0] * 1e3:.2f}, {r['ci95_ms'][1] * 1e3:.2f}] n={r['n']}", flush=True)
 
     measure("alone")
-    made = kbench_other_context.make_and_exit(torch.cuda.current_device())
+    made = other_context.make_and_exit(torch.cuda.current_device())
     print(f"kbench's other context: {made['seconds']:.2f} s on {made['uuid']}", flush=True)
     measure("after kbench's other context")
-    cc.another_context_comes_and_goes()
+    proc = open_torch_context()
+    proc.kill()
+    proc.wait()
     measure("after a torch context came and went")
-    proc = other_context()
+    proc = open_torch_context()
     measure("with another context open")
     proc.kill()
     proc.wait()

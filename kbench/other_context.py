@@ -60,17 +60,17 @@ def make_and_exit(ordinal: int = 0, timeout: float = 60.0) -> dict:
     return {"uuid": uuid, "seconds": round(time.perf_counter() - began, 3)}
 
 
-def unsettled(members) -> list:
+def unfollowed(members) -> list:
     """The workers (kbench/targets.Target) started since another context last came after them."""
     return [m for m in members if m.readied and m.worker.alive and not m.context_followed]
 
 
-def settle(members, make=make_and_exit) -> dict | None:
+def follow(members, make=make_and_exit) -> dict | None:
     """When any of ``members`` (every worker of the case's targets, each loaded: its context
     exists) has no context made after its own, ``make`` one and mark them all. Returns what
     ``make`` returned with "workers": how many it followed, or None when none needed it. Raises
     OtherContextError as ``make`` does; they are then left unmarked."""
-    waiting = unsettled(members)
+    waiting = unfollowed(members)
     if not waiting:
         return None
     made = make()

@@ -252,7 +252,7 @@ class Runner:
         """Another CUDA context after every loaded worker's own, when one started since the last
         (kbench/other_context.py); the run still goes on if it cannot be made, with a note."""
         try:
-            made = other_context.settle([m for pool in pools for m in pool.members],
+            made = other_context.follow([m for pool in pools for m in pool.members],
                                         lambda: other_context.make_and_exit(torch.cuda.current_device()))
         except other_context.OtherContextError as exc:
             note = (f"another CUDA context could not be made before the timed calls ({exc}): a worker "

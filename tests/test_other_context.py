@@ -31,20 +31,20 @@ class _Maker:
 def test_one_context_follows_every_loaded_worker_and_is_made_again_only_for_a_new_one():
     pool = [_worker(), _worker(), _worker(readied=False), _worker(alive=False)]
     make = _Maker()
-    assert other_context.settle(pool, make) == {"uuid": "u", "seconds": 0.1, "workers": 2}
+    assert other_context.follow(pool, make) == {"uuid": "u", "seconds": 0.1, "workers": 2}
     assert [m.context_followed for m in pool] == [True, True, False, False]
-    assert other_context.settle(pool, make) is None and make.calls == 1   # nothing new: none made
+    assert other_context.follow(pool, make) is None and make.calls == 1   # nothing new: none made
     pool[1].context_followed = False   # restarted (kbench/targets.Target.start)
     pool[2].readied = True             # loaded since
-    assert other_context.settle(pool, make)["workers"] == 2 and make.calls == 2
+    assert other_context.follow(pool, make)["workers"] == 2 and make.calls == 2
 
 
 def test_workers_stay_unfollowed_when_the_context_cannot_be_made():
     pool = [_worker()]
     with pytest.raises(other_context.OtherContextError):
-        other_context.settle(pool, _Maker(fails=True))
+        other_context.follow(pool, _Maker(fails=True))
     assert not pool[0].context_followed
-    assert other_context.settle(pool, _Maker())["workers"] == 1
+    assert other_context.follow(pool, _Maker())["workers"] == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="without a CUDA device only")
