@@ -69,10 +69,8 @@ def _v_to_fp16(v_buf, num_warps: gl.constexpr, CHUNKS: gl.constexpr = 1):
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, qk_scale, mask, MASKED: gl.constexpr):
+def _softmax_step(s, m_i, l_i, qk_scale):
     """Online softmax of one score tile in base 2: P (fp32), the old rows' rescale, new max and sum."""
-    if MASKED:
-        s = gl.where(mask, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s * qk_scale - m_new[:, None])
@@ -259,15 +257,19 @@ def _ws_turn(turn_bar, WG: gl.constexpr, k):
 @gluon.jit
 def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.constexpr):
     """Block softmax of 64 rows (the diagonal block masked causally): P in fp16 as the next P.V's
-    register operand, the accumulator's rescale, new max and sum."""
+    register operand, the accumulator's rescale, new max and sum.
+
+    Only the mask sits in the branch, so each call site carries one softmax body, not a masked and
+    an unmasked one: the kernel's code went from 90.5 to 74.9 KB, and with it ~5 us a call of
+    fetching its instructions again after other code ran (docs/benchmarks-block_sparse_attn.md,
+    "One softmax body")."""
     BM: gl.constexpr = s.shape[0]
     BN: gl.constexpr = s.shape[1]
     if diagonal:
         rows = gl.arange(0, BM, layout=gl.SliceLayout(1, s.type.layout)) + WG * BM
         keys = gl.arange(0, BN, layout=gl.SliceLayout(0, s.type.layout))
-        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, keys[None, :] <= rows[:, None], True)
-    else:
-        pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, 0, False)
+        s = gl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+    pf, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
     return gl.convert_layout(pf.to(gl.float16), p_op), alpha, m_i, l_i
 
 
