@@ -1,6 +1,6 @@
 """How much machine code a kernel is, compiled for the GPU on any machine (no GPU needed).
 
-    python3 bench/code_size.py [--arch 90] [--bsa FOLDER]
+    python3 bench/code_size.py [--arch 90] [--bsa FOLDER] [--where N]
     (with the GPU host's triton, 3.6: `pip install --target DIR triton==3.6.0` and PYTHONPATH=DIR)
 
 A kernel's code is what block_sparse_attn's bundled kernel fetches again on every call of a model,
@@ -11,13 +11,20 @@ as Triton's JIT specialises a launch (types, 16-byte alignment, integers divisib
 prints per kernel the size of its .text (the instructions: 16 bytes each), of the whole cubin
 (which interlude_parts prints on the GPU), and the shared memory Triton reports. `--bsa`: the
 block_sparse_attn kernel from another folder's bsa_gluon.py (a variant being sized before any
-device time is spent on it).
+device time is spent on it). `--where N`: where the block_sparse_attn kernel's instructions come
+from, per function of its bsa_gluon.py and its N largest source lines (nvdisasm's line table; an
+inlined function's instructions count at its own lines, summed over its call sites).
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import struct
+import subprocess
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -42,6 +49,65 @@ def text_bytes(elf: bytes) -> int:
         return elf[start:elf.index(b"\0", start)].decode()
 
     return sum(h[5] for h in headers if name(h).startswith(".text."))
+
+
+_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+_INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/")
+
+
+def instructions_by_line(cubin: bytes) -> Counter:
+    """(source file, line) -> instructions, from the cubin's line table as nvdisasm prints it
+    (Triton's, from its wheel); instructions before any line entry count under ("", 0)."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([knobs.nvidia.nvdisasm.path, "-g", "-c", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    counts, where = Counter(), ("", 0)
+    for line in sass.splitlines():
+        if m := _LINE.search(line):
+            where = (m.group(1), int(m.group(2)))
+        elif _INSTRUCTION.match(line):
+            counts[where] += 1
+    return counts
+
+
+def by_function(counts: Counter, source: Path) -> Counter:
+    """``counts`` (instructions_by_line) of ``source``'s lines summed per innermost enclosing function."""
+    defs = [(n.lineno, n.end_lineno, n.name) for n in ast.walk(ast.parse(source.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    out = Counter()
+    for (path, line), n in counts.items():
+        if Path(path).resolve() != source.resolve():
+            continue
+        inside = [(start, name) for start, end, name in defs if start <= line <= end]
+        out[max(inside)[1] if inside else "(module)"] += n
+    return out
+
+
+def per_file(counts: Counter) -> Counter:
+    out = Counter()
+    for (path, _), n in counts.items():
+        out[path] += n
+    return out
+
+
+def where(cubin: bytes, source: Path, top: int) -> None:
+    """Prints where a kernel's instructions come from: per function of ``source``, then its ``top`` lines."""
+    counts = instructions_by_line(cubin)
+    total = sum(counts.values())
+    mine = by_function(counts, source)
+    elsewhere = ", ".join(f"{Path(path).name or 'no line'} {n}" for path, n in per_file(counts).items()
+                          if not path or Path(path).resolve() != source.resolve())
+    print(f"\n{source}: {sum(mine.values())} of {total} instructions at its lines (the rest: {elsewhere or 'none'})")
+    for name, n in mine.most_common():
+        print(f"  {name:24s} {n:5d} instructions  {n * 16 / 1024:5.1f} KB")
+    text = source.read_text().splitlines()
+    lines = Counter({line: n for (path, line), n in counts.items() if Path(path).resolve() == source.resolve()})
+    for line, n in lines.most_common(top):
+        print(f"  line {line:4d} {n:5d}  {text[line - 1].strip()[:80]}")
 
 
 def compile_for(fn, target: GPUTarget, args: list, source=ASTSource, **options):
@@ -102,6 +168,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100, H200)")
     ap.add_argument("--bsa", type=Path, default=BUNDLED_BSA, help="folder of the bsa_gluon.py to size")
+    ap.add_argument("--where", type=int, metavar="N", help="also: the bsa kernel's instructions per function "
+                    "of its bsa_gluon.py and its N largest lines")
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     print(f"triton {triton.__version__}, sm_{args.arch}a; KB of .text (instructions), cubin, shared memory")
@@ -112,6 +180,9 @@ def main() -> int:
         text = text_bytes(cubin)
         print(f"{name:44s} .text {text / 1024:6.1f} KB ({text // 16:5d} instructions)  cubin {len(cubin) / 1024:6.1f} KB"
               f"  shared {k.metadata.shared / 1024:6.1f} KB", flush=True)
+    if args.where is not None:
+        bsa = next(iter(kernels.values()))
+        where(bsa.asm["cubin"], args.bsa / "bsa_gluon.py", args.where)
     return 0
 
 

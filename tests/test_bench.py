@@ -215,10 +215,21 @@ def test_code_size_reads_a_kernels_instructions_from_its_cubin():
         "from triton.backends.compiler import GPUTarget\n"
         "t, x = GPUTarget('cuda', 90, 32), torch.empty(1 << 20)\n"
         "ks = [code_size.compile_for(interlude_parts._long_code, t, [x, n]) for n in (64, 768)]\n"
-        "print(json.dumps([[code_size.text_bytes(k.asm['cubin']), len(k.asm['cubin'])] for k in ks]))\n")
+        "lines = code_size.instructions_by_line(ks[1].asm['cubin'])\n"
+        "import pathlib; src = pathlib.Path(interlude_parts.__file__)\n"
+        "mine = {str(l): n for (f, l), n in lines.items() if pathlib.Path(f).resolve() == src.resolve()}\n"
+        "print(json.dumps([[code_size.text_bytes(k.asm['cubin']), len(k.asm['cubin'])] for k in ks]\n"
+        "                 + [sum(lines.values()), mine, code_size.by_function(lines, src)]))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=BENCH, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (short, _), (long, long_cubin) = json.loads(proc.stdout.strip().splitlines()[-1])
+    (short, _), (long, long_cubin), counted, lines, functions = json.loads(proc.stdout.strip().splitlines()[-1])
     assert short > 0 and long % 16 == 0 and short % 16 == 0
     assert long > 8 * short
     assert long < long_cubin
+    # --where's attribution: every instruction counted once, and the unrolled step's line, inside
+    # _long_code, holds most of them.
+    assert counted == long // 16
+    step = next(i for i, text in enumerate((BENCH / "interlude_parts.py").read_text().splitlines(), 1)
+                if "v = tl.where(v > i * 0.01" in text)
+    assert lines[str(step)] > counted // 2, lines
+    assert max(functions, key=functions.get) == "_long_code" and functions["_long_code"] >= lines[str(step)]
