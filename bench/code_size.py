@@ -74,38 +74,36 @@ def instructions_by_line(cubin: bytes) -> Counter:
     return counts
 
 
+def _lines_of(counts: Counter, source: Path) -> Counter:
+    """line -> instructions, for ``source``'s lines alone."""
+    source = source.resolve()
+    return Counter({line: n for (path, line), n in counts.items() if path and Path(path).resolve() == source})
+
+
 def by_function(counts: Counter, source: Path) -> Counter:
     """``counts`` (instructions_by_line) of ``source``'s lines summed per innermost enclosing function."""
     defs = [(n.lineno, n.end_lineno, n.name) for n in ast.walk(ast.parse(source.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     out = Counter()
-    for (path, line), n in counts.items():
-        if Path(path).resolve() != source.resolve():
-            continue
+    for line, n in _lines_of(counts, source).items():
         inside = [(start, name) for start, end, name in defs if start <= line <= end]
         out[max(inside)[1] if inside else "(module)"] += n
-    return out
-
-
-def per_file(counts: Counter) -> Counter:
-    out = Counter()
-    for (path, _), n in counts.items():
-        out[path] += n
     return out
 
 
 def where(cubin: bytes, source: Path, top: int) -> None:
     """Prints where a kernel's instructions come from: per function of ``source``, then its ``top`` lines."""
     counts = instructions_by_line(cubin)
-    total = sum(counts.values())
-    mine = by_function(counts, source)
-    elsewhere = ", ".join(f"{Path(path).name or 'no line'} {n}" for path, n in per_file(counts).items()
-                          if not path or Path(path).resolve() != source.resolve())
-    print(f"\n{source}: {sum(mine.values())} of {total} instructions at its lines (the rest: {elsewhere or 'none'})")
-    for name, n in mine.most_common():
+    lines = _lines_of(counts, source)
+    elsewhere = Counter()
+    for (path, _), n in counts.items():
+        if not path or Path(path).resolve() != source.resolve():
+            elsewhere[Path(path).name or "no line"] += n
+    print(f"\n{source}: {sum(lines.values())} of {sum(counts.values())} instructions at its lines (the rest: "
+          f"{', '.join(f'{name} {n}' for name, n in elsewhere.items()) or 'none'})")
+    for name, n in by_function(counts, source).most_common():
         print(f"  {name:24s} {n:5d} instructions  {n * 16 / 1024:5.1f} KB")
     text = source.read_text().splitlines()
-    lines = Counter({line: n for (path, line), n in counts.items() if Path(path).resolve() == source.resolve()})
     for line, n in lines.most_common(top):
         print(f"  line {line:4d} {n:5d}  {text[line - 1].strip()[:80]}")
 

@@ -260,7 +260,7 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
     register operand, the accumulator's rescale, new max and sum.
 
     Only the mask sits in the branch, so each call site carries one softmax body, not a masked and
-    an unmasked one: the kernel's code went from 90.5 to 74.9 KB, and with it ~5 us a call of
+    an unmasked one: the kernel's code went from 90.5 to 74.9 KB, and with it 3.5-6.7 us a call of
     fetching its instructions again after other code ran (docs/benchmarks-block_sparse_attn.md,
     "One softmax body")."""
     BM: gl.constexpr = s.shape[0]
