@@ -74,10 +74,14 @@ def instructions_by_line(cubin: bytes) -> Counter:
     return counts
 
 
+def _is(path: str, source: Path) -> bool:
+    # By file name: a cubin from Triton's cache carries the path of the checkout that first compiled it.
+    return bool(path) and Path(path).name == source.name
+
+
 def _lines_of(counts: Counter, source: Path) -> Counter:
     """line -> instructions, for ``source``'s lines alone."""
-    source = source.resolve()
-    return Counter({line: n for (path, line), n in counts.items() if path and Path(path).resolve() == source})
+    return Counter({line: n for (path, line), n in counts.items() if _is(path, source)})
 
 
 def by_function(counts: Counter, source: Path) -> Counter:
@@ -97,7 +101,7 @@ def where(cubin: bytes, source: Path, top: int) -> None:
     lines = _lines_of(counts, source)
     elsewhere = Counter()
     for (path, _), n in counts.items():
-        if not path or Path(path).resolve() != source.resolve():
+        if not _is(path, source):
             elsewhere[Path(path).name or "no line"] += n
     print(f"\n{source}: {sum(lines.values())} of {sum(counts.values())} instructions at its lines (the rest: "
           f"{', '.join(f'{name} {n}' for name, n in elsewhere.items()) or 'none'})")
