@@ -65,12 +65,12 @@ def instructions_by_line(cubin: bytes) -> Counter:
         f.flush()
         sass = subprocess.run([knobs.nvidia.nvdisasm.path, "-g", "-c", f.name], capture_output=True, text=True,
                               check=True).stdout
-    counts, where = Counter(), ("", 0)
+    counts, at = Counter(), ("", 0)
     for line in sass.splitlines():
         if m := _LINE.search(line):
-            where = (m.group(1), int(m.group(2)))
+            at = (m.group(1), int(m.group(2)))
         elif _INSTRUCTION.match(line):
-            counts[where] += 1
+            counts[at] += 1
     return counts
 
 
@@ -79,7 +79,7 @@ def _is(path: str, source: Path) -> bool:
     return bool(path) and Path(path).name == source.name
 
 
-def _lines_of(counts: Counter, source: Path) -> Counter:
+def lines_of(counts: Counter, source: Path) -> Counter:
     """line -> instructions, for ``source``'s lines alone."""
     return Counter({line: n for (path, line), n in counts.items() if _is(path, source)})
 
@@ -89,7 +89,7 @@ def by_function(counts: Counter, source: Path) -> Counter:
     defs = [(n.lineno, n.end_lineno, n.name) for n in ast.walk(ast.parse(source.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     out = Counter()
-    for line, n in _lines_of(counts, source).items():
+    for line, n in lines_of(counts, source).items():
         inside = [(start, name) for start, end, name in defs if start <= line <= end]
         out[max(inside)[1] if inside else "(module)"] += n
     return out
@@ -98,7 +98,7 @@ def by_function(counts: Counter, source: Path) -> Counter:
 def where(cubin: bytes, source: Path, top: int) -> None:
     """Prints where a kernel's instructions come from: per function of ``source``, then its ``top`` lines."""
     counts = instructions_by_line(cubin)
-    lines = _lines_of(counts, source)
+    lines = lines_of(counts, source)
     elsewhere = Counter()
     for (path, _), n in counts.items():
         if not _is(path, source):

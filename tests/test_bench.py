@@ -217,7 +217,7 @@ def test_code_size_reads_a_kernels_instructions_from_its_cubin():
         "ks = [code_size.compile_for(interlude_parts._long_code, t, [x, n]) for n in (64, 768)]\n"
         "lines = code_size.instructions_by_line(ks[1].asm['cubin'])\n"
         "import pathlib; src = pathlib.Path(interlude_parts.__file__)\n"
-        "mine = {str(l): n for l, n in code_size._lines_of(lines, src).items()}\n"
+        "mine = {str(l): n for l, n in code_size.lines_of(lines, src).items()}\n"
         "print(json.dumps([[code_size.text_bytes(k.asm['cubin']), len(k.asm['cubin'])] for k in ks]\n"
         "                 + [sum(lines.values()), mine, code_size.by_function(lines, src)]))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=BENCH, capture_output=True, text=True, timeout=300)
