@@ -34,6 +34,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,6 +46,14 @@ from crosscheck import Plain, bundled_and_baseline  # noqa: E402  (bench/ is the
 from kbench.call_timer import CallTimer  # noqa: E402
 from kbench.runner import Options, Runner  # noqa: E402
 from kbench.timing import flush_bytes  # noqa: E402
+
+# "every layer without attention" puts the whole stack's GEMMs before each call, and the attention
+# after them reads ~10% slower, FlexAttention as much as the kernel: a state of the device (power,
+# clocks; which was not measured), not of the kernel's caches. Measured on an H200 (2026-11-28): the
+# variant run right after it started 6-25% slow and took 20-40 calls to come back. So it runs last
+# for each target, and every plain variant starts after a rest and drops its first calls.
+SETTLE_S = 1.0
+WARMUP_CALLS = 10
 
 class Stack:
     """A model's layers for attention inputs of `shape` (B, H, T, D); weights random, activations
@@ -111,7 +120,8 @@ def model_us(target: Plain, stack: Stack, flush, primed: bool, rounds: int, gate
 def plain_us(target: Plain, between, task, case, sets: list | None, calls: int, interlude: bool = False) -> list:
     """Samples (us) of a CallTimer that runs `between` after its primer, before the gate, with or
     without its own interlude after that: cycling the sets made ahead, or a fresh set and its
-    ground truth before each call."""
+    ground truth before each call. The device first rests SETTLE_S and WARMUP_CALLS calls are
+    dropped: a variant must not inherit the clocks the previous one left (see SETTLE_S)."""
     timer = CallTimer("cuda", flush_bytes("cuda"))
     if not interlude:
         timer.interlude = None
@@ -119,12 +129,14 @@ def plain_us(target: Plain, between, task, case, sets: list | None, calls: int, 
     timer._prime = lambda invoke: (prime(invoke), between())   # `between` after the primer, before the gate
     runner = Runner(task, Options(device="cuda"))
     timer.start_case()
+    torch.cuda.synchronize()
+    time.sleep(SETTLE_S)
     out = []
-    for i in range(calls):
+    for i in range(WARMUP_CALLS + calls):
         inputs = sets[i % len(sets)] if sets else runner._make(case, 1 + i)[0]
         out.append(timer.timed(target.invoke, target.prepare, inputs)[1].device_ms * 1e3)
         del inputs
-    return out
+    return out[WARMUP_CALLS:]
 
 
 def main() -> int:
@@ -141,8 +153,9 @@ def main() -> int:
     variants = ["model", "model, L2 flushed", "model, L2 flushed, primed"]
     plain = ["plain", "plain, 1 GB page sweep by copy", "plain, 1 GB page sweep by sum",
              "plain, a 2048^3 bf16 GEMM", "plain, the other target's call",
-             "plain, one layer without attention", "plain, every layer without attention"]
+             "plain, one layer without attention"]
     between = ["plain, kbench's interlude", "plain, ground truth between"]
+    heavy = "plain, every layer without attention"   # last: see SETTLE_S
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     pages = torch.zeros(1 << 30, dtype=torch.uint8, device="cuda")[::2 << 20]   # one byte per 2 MB page
     sink = torch.empty(pages.numel(), dtype=torch.uint8, device="cuda")
@@ -154,7 +167,7 @@ def main() -> int:
         stack = Stack(tuple(sets[0]["q"].shape), args.layers, csr)
         for t in targets:   # warm-up: the stack's own kernels, the target's compilation for these strides
             model_us(t, stack, None, False, 1, 20.0)
-        res = {(t.label, v): [] for t in targets for v in variants + plain + between}
+        res = {(t.label, v): [] for t in targets for v in variants + plain + between + [heavy]}
         gates = {t.label: 20.0 for t in targets}
         for rnd in range(args.rounds):
             for t in (targets if rnd % 2 else targets[::-1]):
@@ -167,16 +180,17 @@ def main() -> int:
             other = next(o for o in targets if o is not t)
             other_args = other.prepare(sets[0])
             works = [nothing, lambda: sink.copy_(pages), pages.sum, lambda: a @ a, lambda: other.invoke(other_args),
-                     one_layer.without_attention, stack.without_attention]
+                     one_layer.without_attention]
             for name, work in zip(plain, works):
                 res[(t.label, name)] = plain_us(t, work, task, case, sets, args.calls)
             res[(t.label, between[0])] = plain_us(t, nothing, task, case, sets, args.calls, interlude=True)
             res[(t.label, between[1])] = plain_us(t, nothing, task, case, None, args.calls, interlude=True)
+            res[(t.label, heavy)] = plain_us(t, stack.without_attention, task, case, sets, args.calls)
         print(f"{case.name}: attention us, median (q1-q3); {args.layers - 1} layers x {args.rounds} rounds "
               f"per model variant, {args.calls} calls per plain one")
         for t in targets:
             base = statistics.median(res[(t.label, "model, L2 flushed")])
-            for variant in variants + plain + between:
+            for variant in variants + plain + between + [heavy]:
                 v = res[(t.label, variant)]
                 q = statistics.quantiles(v, n=4)
                 print(f"  {t.label:26s} {variant:44s} {statistics.median(v):9.2f} ({q[0]:.2f}-{q[2]:.2f})"
