@@ -48,10 +48,11 @@ from kbench.runner import Options, Runner  # noqa: E402
 from kbench.timing import flush_bytes  # noqa: E402
 
 # "every layer without attention" puts the whole stack's GEMMs before each call, and the attention
-# after them reads ~10% slower, FlexAttention as much as the kernel: a state of the device (power,
-# clocks; which was not measured), not of the kernel's caches. Measured on an H200 (2026-11-28): the
-# variant run right after it started 6-25% slow and took 20-40 calls to come back. So it runs last
-# for each target, and every plain variant starts after a rest and drops its first calls.
+# after them reads ~5-10% slower, FlexAttention as much as the kernel: the card at its power cap
+# (nvidia-smi: reason "SW power cap", up to 712 W, SM clock 1350-1970 MHz against 1980), not the
+# kernel's caches. Measured on an H200 (2026-11-28): the variant run right after it started 6-25%
+# slow and took 20-40 calls to come back. So it runs last for each target, and every plain variant
+# starts after a rest and drops its first calls.
 SETTLE_S = 1.0
 WARMUP_CALLS = 10
 
