@@ -92,6 +92,7 @@ class Sample:
     gate_ms: float       # gate the call ran behind (0: none)
     misses: int          # earlier tries of this call discarded because the gate was too short
     floor_ms: float      # settle minus device time of an empty call: the host's reaction time
+    sm_mhz: float = 0.0  # SM clock while the gate spun just before the call (0: no gate)
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,7 @@ class CallTimer:
             host = (self.clock() - t0) * 1e3
             snap = self.outputs(out, inputs, live)
             self.copy_back(pairs)
-            return snap, Sample(host, host, host, True, 0.0, 0, 0.0)
+            return snap, Sample(host, host, host, True, 0.0, 0, 0.0, 0.0)
         misses = 0
         while True:
             self.last_call = None
@@ -309,24 +310,36 @@ class CallTimer:
         self.copy_back(pairs)
         self.sync()
         return snap, Sample(sample.device_ms, sample.settle_ms, sample.host_ms, sample.held,
-                            sample.gate_ms, misses, sample.floor_ms)
+                            sample.gate_ms, misses, sample.floor_ms, sample.sm_mhz)
 
     def _events(self):
         return tuple(self.event(enable_timing=True) for _ in range(3))
 
-    def _gate(self) -> float:
+    def _gate(self) -> tuple:
+        """(gate ms, (event, event, cycles) around its spin or None): the spin counts SM clock
+        cycles, so its event time is the SM clock just before the call, read on every call."""
         gate = 0.0 if self.gate_off else self.gate_ms
-        if gate:
-            self.spin(int(gate * self.cycles_per_ms))
-        return gate
+        if not gate:
+            return 0.0, None
+        cycles = int(gate * self.cycles_per_ms)
+        before, after = self.event(enable_timing=True), self.event(enable_timing=True)
+        self.record(before)
+        self.spin(cycles)
+        self.record(after)
+        return gate, (before, after, cycles)
 
     def _finish(self, start, end, done, host, gate):
         held = not self.query(start)
         self.sync()          # device-wide: work left on other streams is waited for here
         self.record(done)
         self.sync()
-        return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate, 0,
-                      self.settle_floor_ms)
+        gate_ms, spin = gate
+        mhz = 0.0
+        if spin is not None:
+            spun_ms = self.elapsed(spin[0], spin[1])
+            mhz = spin[2] / spun_ms / 1e3 if spun_ms > 0 else 0.0
+        return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate_ms, 0,
+                      self.settle_floor_ms, mhz)
 
     def _prime(self, invoke) -> None:
         """The previous call of the same function again before the gate, on its own inputs

@@ -19,6 +19,12 @@ HIDDEN_WORK_SLACK_MS = 0.1
 # A measured time this far under the case's physical floor (bytes / copy bandwidth, flops /
 # matmul rate) is a bug or a cheat.
 FLOOR_MARGIN = 0.9
+# A case whose calls ran with the SM clock (read from the gate's spin just before each call)
+# under this share of the card's maximum ran on a throttled card: at its power cap, hot, or
+# clocked down by someone else's work. Not a flag: the kernel may be honest and the card busy.
+# Measured on an H200 (docs/measurement.md): 1980 MHz at rest and under kbench's own calls, down
+# to 1350 MHz at the power cap.
+THROTTLE_SHARE = 0.9
 
 
 def tripwire_flags(report: Report) -> list[str]:
@@ -35,6 +41,15 @@ def hidden_work(device: Summary, settle: Summary, floor_ms: float = 0.0) -> str 
     if excess > max(HIDDEN_WORK_SLACK_MS, HIDDEN_WORK_SHARE * device.median):
         return (f"the device settled after {settle.median:.4g} ms but the timed stream after "
                 f"{device.median:.4g} ms: work hidden on another stream; latency taken as the former")
+    return None
+
+
+def throttled(label: str, mhz: float | None, max_mhz: float | None) -> str | None:
+    """A note, not a flag: ``mhz``, the case's median SM clock; ``max_mhz``, the card's maximum."""
+    if mhz and max_mhz and mhz < THROTTLE_SHARE * max_mhz:
+        return (f"{label}'s calls ran at a {mhz:.0f} MHz SM clock, {100 * mhz / max_mhz:.0f}% of the "
+                f"card's {max_mhz:.0f} MHz: the card was throttled (power, heat or other work), and "
+                f"this time is not comparable with an unthrottled run")
     return None
 
 

@@ -132,7 +132,7 @@ def _output(item):
 def _sample(raw) -> Sample | None:
     if not isinstance(raw, dict) or set(raw) != set(Sample.__dataclass_fields__):
         return None
-    numbers = ("device_ms", "settle_ms", "host_ms", "gate_ms", "floor_ms")
+    numbers = ("device_ms", "settle_ms", "host_ms", "gate_ms", "floor_ms", "sm_mhz")
     if not all(type(raw[k]) in (int, float) and math.isfinite(raw[k]) and 0 <= raw[k] < 1e9 for k in numbers):
         return None
     if type(raw["held"]) is not bool or type(raw["misses"]) is not int:

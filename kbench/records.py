@@ -5,7 +5,7 @@ import math
 import platform
 from datetime import datetime, timezone
 
-from . import __version__, native, process_offsets, worker_env
+from . import __version__, detectors, native, process_offsets, worker_env
 from .check import CheckResult
 from .detectors import below_floor
 from .interface import TASK
@@ -147,6 +147,23 @@ def widen_by_process_spread(records: list[dict]) -> dict:
     return spread
 
 
+def max_sm_clock(calibration: dict) -> float | None:
+    """The card's maximum SM clock (MHz) from its calibration's nvidia-smi reading ("1980 MHz")."""
+    try:
+        return float(str(calibration.get("clocks_max_sm", "")).split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def note_throttling(rec: dict, calibration: dict) -> None:
+    """A note on a case whose submission or baseline ran on a throttled card."""
+    top = max_sm_clock(calibration)
+    for label, key in (("the submission", "sm_clock_mhz"), (f"baseline {rec.get('baseline')}", "baseline_sm_clock_mhz")):
+        note = detectors.throttled(label, rec.get(key), top)
+        if note and note not in rec.setdefault("notes", []):
+            rec["notes"].append(note)
+
+
 def run_record(task, suite, options, submission: str, calibration: dict, records: list[dict],
                notes: list[str], fatal: str | None, wall: dict | None = None, calibration_of=None) -> dict:
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
@@ -156,6 +173,8 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
     if roofline is not None:
         for rec in records:
             add_roofline(rec, roofline(rec["params"]), calibration_of(rec) if calibration_of else calibration)
+    for rec in records:
+        note_throttling(rec, calibration_of(rec) if calibration_of else calibration)
     spread = widen_by_process_spread(records)
     summary = summarize_run(records)
     summary["fatal"] = fatal

@@ -80,6 +80,7 @@ class _Series:
     host: list[float] = field(default_factory=list)     # host time inside the call
     floor: list[float] = field(default_factory=list)    # an empty call's settle gap
     gate: list[float] = field(default_factory=list)     # the gate each call ran behind
+    clock: list[float] = field(default_factory=list)    # SM clock (MHz) during each call's gate, where it had one
     process: list[int] = field(default_factory=list)    # which of the target's processes timed it
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
@@ -93,6 +94,8 @@ class _Series:
         self.host.append(sample.host_ms)
         self.floor.append(sample.floor_ms)
         self.gate.append(sample.gate_ms)
+        if sample.sm_mhz > 0:
+            self.clock.append(sample.sm_mhz)
         self.held += sample.held
         self.misses += sample.misses
 
@@ -102,6 +105,10 @@ class _Series:
 
     def pooled(self, values: list[float], processes: int) -> timing.Pooled:
         return timing.pool([[v for v, p in zip(values, self.process) if p == k] for k in range(processes)])
+
+
+def _median_clock(mhz: list[float]) -> float | None:
+    return round(timing.summarize(mhz).median) if mhz else None
 
 
 def task_options(task: Task, options: Options) -> Options:
@@ -330,11 +337,15 @@ class Runner:
                              error_at=worst.at)
         # The gate each target's calls waited behind (median, ms): how long its host enqueue took.
         record["gate_ms"] = round(timing.summarize(sub_series.gate).median, 3)
+        # The SM clock just before each call (median, MHz; None: no call ran behind a gate):
+        # kbench/records.py notes a case whose card was throttled.
+        record["sm_clock_mhz"] = _median_clock(sub_series.clock)
         # Each process's own median (ms): how far apart the processes were.
         record["latency_by_process_ms"] = [round(p.median, 6) for p in pooled.per_process]
         record["process_ids"] = sub.window   # which of the pool's processes, in that order
         if base_summary:
             record["baseline_gate_ms"] = round(timing.summarize(b.gate).median, 3)
+            record["baseline_sm_clock_mhz"] = _median_clock(b.clock)
             record["baseline_by_process_ms"] = [round(p.median, 6) for p in base_pooled.per_process]
             record["baseline_process_ids"] = base.window
         return record

@@ -27,6 +27,30 @@ def test_calls_that_were_not_held_give_a_note_not_a_flag():
     assert "3 of 10 timed calls" in detectors.host_in_window(7, 10)
 
 
+def test_a_case_on_a_throttled_card_gets_a_note_and_an_unthrottled_or_unknown_one_none():
+    assert detectors.throttled("the submission", 1980.0, 1980.0) is None
+    assert detectors.throttled("the submission", 1800.0, 1980.0) is None   # 91%: within the margin
+    note = detectors.throttled("the submission", 1350.0, 1980.0)          # an H200 at its power cap
+    assert "1350 MHz" in note and "68%" in note and "throttled" in note
+    assert detectors.throttled("the submission", None, 1980.0) is None    # CPU mode, or no gate
+    assert detectors.throttled("the submission", 1350.0, None) is None    # no nvidia-smi reading
+
+
+def test_run_record_notes_the_throttled_target_of_a_case_from_the_cards_maximum_clock():
+    from kbench.records import max_sm_clock, note_throttling
+
+    assert max_sm_clock({"clocks_max_sm": "1980 MHz"}) == 1980.0
+    assert max_sm_clock({"clocks_max_sm": "[N/A]"}) is None and max_sm_clock({}) is None
+    rec = {"baseline": "flashinfer", "sm_clock_mhz": 1975, "baseline_sm_clock_mhz": 1400, "notes": []}
+    note_throttling(rec, {"clocks_max_sm": "1980 MHz"})
+    assert len(rec["notes"]) == 1 and rec["notes"][0].startswith("baseline flashinfer's calls ran at a 1400 MHz")
+    note_throttling(rec, {"clocks_max_sm": "1980 MHz"})   # once only
+    assert len(rec["notes"]) == 1
+    cpu = {"baseline": None, "sm_clock_mhz": None, "baseline_sm_clock_mhz": None, "notes": []}
+    note_throttling(cpu, {"device": "cpu"})
+    assert cpu["notes"] == []
+
+
 def test_tripwire_reports_become_flags():
     flags = detectors.tripwire_flags(Report(["read /etc/passwd, outside its folder"], ["time.perf_counter"]))
     assert flags[0] == "submission read /etc/passwd, outside its folder"

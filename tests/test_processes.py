@@ -64,6 +64,7 @@ def test_a_run_times_every_target_round_the_processes(monkeypatch):
     # at least three timed calls in each process before the target may stop
     assert case["samples"] == 6 and len(case["latency_by_process_ms"]) == 2
     assert case["latency_ms"] == pytest.approx(sum(case["latency_by_process_ms"]) / 2, rel=1e-4)
+    assert case["sm_clock_mhz"] is None   # no gate on the CPU, so no clock reading and no note
 
 
 def test_cases_take_turns_round_the_pool(monkeypatch):

@@ -14,7 +14,7 @@ from kbench.worker_process import WorkerProcess
 from tests.helpers import FIXTURES
 
 SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0,
-          "floor_ms": 0.03}
+          "floor_ms": 0.03, "sm_mhz": 1980.0}
 
 
 def test_a_well_formed_timed_reply_parses():

@@ -39,6 +39,11 @@ def test_bundled_solution_passes_unflagged(suite):
            if c["status"] != "passed" or c["flags"]]
     assert bad == []
     assert run["baseline"] == "flashinfer" and run["summary"]["geomean_speedup"] is not None
+    # The SM clock read from each call's gate: the card's maximum on a card kbench alone loads.
+    top = float(run["device"]["clocks_max_sm"].split()[0])
+    clocks = [c[k] for c in run["cases"] for k in ("sm_clock_mhz", "baseline_sm_clock_mhz")]
+    assert all(0.97 * top <= mhz <= 1.01 * top for mhz in clocks), (top, clocks)
+    assert not [n for c in run["cases"] for n in c["notes"] if "throttled" in n]
 
 
 def test_cuda_graph_mode_is_labelled_and_times_the_replay():
@@ -48,3 +53,4 @@ def test_cuda_graph_mode_is_labelled_and_times_the_replay():
     case = run["cases"][0]
     assert run["timing"]["mode"] == "cuda-graph-replay"
     assert case["status"] == "passed" and case["latency_ms"] < 0.05
+    assert case["sm_clock_mhz"] > 0   # a replay runs behind the gate too
