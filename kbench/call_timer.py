@@ -9,7 +9,8 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
       prepared anew, outputs dropped
     interlude: a transformer layer without attention,      untimed
       replayed from a CUDA graph (kbench/interlude.py)
-    gate: a spin kernel holds the stream                   |
+    gate: a spin kernel holds the stream (events around    |
+      it: the SM clock, ``Sample.sm_mhz``)                 |
     live inputs copied in on the stream                    |  the host enqueues all of
     prepare(live)  (the contract's own set-up)             |  this while the gate holds;
     L2 flush: lines kept with evict_last released, then    |  none of it is timed
