@@ -158,7 +158,8 @@ def max_sm_clock(calibration: dict) -> float | None:
 def note_throttling(rec: dict, calibration: dict) -> None:
     """A note on a case whose submission or baseline ran on a throttled card."""
     top = max_sm_clock(calibration)
-    for label, key in (("the submission", "sm_clock_mhz"), (f"baseline {rec.get('baseline')}", "baseline_sm_clock_mhz")):
+    targets = (("the submission", "sm_clock_mhz"), (f"baseline {rec.get('baseline')}", "baseline_sm_clock_mhz"))
+    for label, key in targets:
         note = detectors.throttled(label, rec.get(key), top)
         if note and note not in rec.setdefault("notes", []):
             rec["notes"].append(note)

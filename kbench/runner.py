@@ -80,7 +80,7 @@ class _Series:
     host: list[float] = field(default_factory=list)     # host time inside the call
     floor: list[float] = field(default_factory=list)    # an empty call's settle gap
     gate: list[float] = field(default_factory=list)     # the gate each call ran behind
-    clock: list[float] = field(default_factory=list)    # SM clock (MHz) during each call's gate, where it had one
+    clock: list[float] = field(default_factory=list)    # SM clock (MHz) in each call's gate, if it had one
     process: list[int] = field(default_factory=list)    # which of the target's processes timed it
     held: int = 0                 # calls fully enqueued before the device reached them
     misses: int = 0               # tries discarded because the gate was too short
