@@ -13,8 +13,9 @@ import json
 import math
 from pathlib import Path
 
-from . import process_offsets, worker_env
+from . import detectors, process_offsets, worker_env
 from .errors import KbenchError
+from .records import max_sm_clock
 from .timing import PROCESS_REL
 
 Z95 = 1.96
@@ -186,8 +187,21 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
         differ = worker_env.differences(*environments)
         if differ:
             warn.append(differ)
+    warn += [w for w in (throttled(run_a, "A", "sm_clock_mhz"), throttled(run_b, "B", "sm_clock_mhz")) if w]
     out["warnings"] = warn
     return out
+
+
+def throttled(run: dict, side: str, key: str) -> str | None:
+    """A warning naming the cases where ``side`` (A or B) ran on a throttled card: its SM clock,
+    ``key`` of each case, under detectors.THROTTLE_SHARE of the card's maximum."""
+    top = max_sm_clock(run.get("device") or {})
+    cases = [c["case"] for c in run.get("cases", []) if detectors.is_throttled(c.get(key), top)]
+    if not cases:
+        return None
+    return (f"{side} was timed on a throttled card (SM clock under {detectors.THROTTLE_SHARE:.0%} of its "
+            f"maximum) in {len(cases)} case(s): {', '.join(cases[:5])}{', ...' if len(cases) > 5 else ''}; "
+            f"those ratios say as much about the card as about the code")
 
 
 def _processes(run: dict) -> int:
@@ -209,7 +223,8 @@ def compare_interleaved(run: dict) -> dict:
     out["summary"]["interleaved"] = True
     # A and B both ran without them; the user who exported one is told where it went.
     removal = worker_env.note(run["timing"].get("environment_not_passed_on") or {})
-    out["warnings"] = [removal] if removal else []
+    out["warnings"] = [w for w in (removal, throttled(run, "A", "baseline_sm_clock_mhz"),
+                                   throttled(run, "B", "sm_clock_mhz")) if w]
     return out
 
 

@@ -44,9 +44,14 @@ def hidden_work(device: Summary, settle: Summary, floor_ms: float = 0.0) -> str 
     return None
 
 
+def is_throttled(mhz: float | None, max_mhz: float | None) -> bool:
+    """``mhz``: a case's median SM clock; ``max_mhz``: the card's maximum (either None: unknown)."""
+    return bool(mhz and max_mhz and mhz < THROTTLE_SHARE * max_mhz)
+
+
 def throttled(label: str, mhz: float | None, max_mhz: float | None) -> str | None:
-    """A note, not a flag: ``mhz``, the case's median SM clock; ``max_mhz``, the card's maximum."""
-    if mhz and max_mhz and mhz < THROTTLE_SHARE * max_mhz:
+    """A note, not a flag, on a case whose ``label`` target ran on a throttled card."""
+    if is_throttled(mhz, max_mhz):
         return (f"{label}'s calls ran at a {mhz:.0f} MHz SM clock, {100 * mhz / max_mhz:.0f}% of the "
                 f"card's {max_mhz:.0f} MHz: the card was throttled (power, heat or other work), and "
                 f"this time is not comparable with an unthrottled run")

@@ -105,6 +105,32 @@ def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
     assert result.exit_code == 0
 
 
+def test_compare_warns_when_a_side_was_timed_on_a_throttled_card(tmp_path):
+    runs = []
+    for name, clocks in (("a", [1967, 1970]), ("b", [1970, 1595])):
+        run = json.loads(_saved(tmp_path, name, [0.010, 0.020]).read_text())
+        run["device"]["clocks_max_sm"] = "1980 MHz"
+        for case, mhz in zip(run["cases"], clocks):
+            case["sm_clock_mhz"] = mhz
+        runs.append(run)
+    warnings = compare_runs(*runs)["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith("B was timed on a throttled card")
+    assert "1 case(s): c1;" in warnings[0]
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(runs[1]))
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a.json"), str(path)])
+    assert result.exit_code == 0 and "B was timed on a throttled card" in result.output
+    # one run with A in the baseline's place: A's clock is the baseline's
+    case = {"case": "c", "status": "passed", "latency_ms": 0.01, "noise": 0.001, "reason": "",
+            "baseline_status": "passed", "baseline_latency_ms": 0.01, "baseline_noise": 0.001,
+            "sm_clock_mhz": 1970, "baseline_sm_clock_mhz": 1400}
+    out = compare_interleaved({"cases": [case], "timing": {"meaningful": True},
+                               "device": {"clocks_max_sm": "1980 MHz"}})
+    assert [w[:31] for w in out["warnings"]] == ["A was timed on a throttled card"]
+    older = compare_runs(json.loads((tmp_path / "a.json").read_text()), runs[0])
+    assert older["warnings"] == []   # no maximum known, or no clock recorded: nothing said
+
+
 def test_saved_runs_are_not_divided_by_their_baselines_unless_asked(tmp_path):
     # The submission held still; the baseline beside it moved 4% (FlexAttention does, between
     # processes). By default the table says SAME-ish and shows the baseline's drift; with
