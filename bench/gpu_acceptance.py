@@ -69,8 +69,11 @@ def clean(result_path: Path) -> tuple[bool, str]:
     bad = [f"{c['case']} {c['status']}{' flagged' if c['flags'] else ''}"
            for c in data["cases"] if c["status"] != "passed" or c["flags"]]
     s = data["summary"]
-    return not bad and s["fatal"] is None, (f"{s['passed']}/{s['total']} passed, geomean "
-                                            f"{s['geomean_speedup']}" + (f"; {', '.join(bad[:3])}" if bad else ""))
+    # the SM clock kbench read before the calls (per case and target): shown, not judged
+    clocks = [c[k] for c in data["cases"] for k in ("sm_clock_mhz", "baseline_sm_clock_mhz") if c.get(k)]
+    clock = f"; SM clock {min(clocks)}-{max(clocks)} MHz" if clocks else ""
+    detail = f"{s['passed']}/{s['total']} passed, geomean {s['geomean_speedup']}{clock}"
+    return not bad and s["fatal"] is None, detail + (f"; {', '.join(bad[:3])}" if bad else "")
 
 
 def eval_runs(task: str, suite: str, runs: int, out: Path, table: Table) -> list[Path]:
