@@ -233,3 +233,26 @@ def test_code_size_reads_a_kernels_instructions_from_its_cubin():
                 if "v = tl.where(v > i * 0.01" in text)
     assert lines[str(step)] > counted // 2, lines
     assert max(functions, key=functions.get) == "_long_code" and functions["_long_code"] >= lines[str(step)]
+
+
+def test_mla_decode_native_times_as_the_original_a_growing_cache_and_a_full_one(tmp_path):
+    """GPU MODE's benchmark loop on CPU: the cache object kept from call to call (a growing context
+    for a kernel that advances seq_len), set back only when its buffer is full; at least 3 runs."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "mla_decode_native.py"), "--device", "cpu", "--max-runs", "3",
+         "--warmup-s", "0", "--cases", "b3_h4_ctx300,b1_h4_ctx511", "--baseline", "none", "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads((tmp_path / "native.json").read_text())["targets"]["submission"]["records"]
+    grows, full = records
+    assert grows["status"] == full["status"] == "passed"
+    # the checked call and 3 timed ones each appended a row: 300 -> 304, nothing set back
+    assert (grows["runs"], grows["final_seq_len"], grows["cache_resets"]) == (3, 304, 0)
+    # 511 rows in a 512-row buffer: full after the checked call, set back before each timed one
+    assert (full["runs"], full["final_seq_len"], full["cache_resets"]) == (3, 512, 3)
+    assert grows["mean_ms"] > 0 and grows["err_ms"] >= 0 and grows["best_ms"] <= grows["mean_ms"]
+    assert "geomean latency" in proc.stdout
