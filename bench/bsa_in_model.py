@@ -56,6 +56,7 @@ from kbench.timing import flush_bytes  # noqa: E402
 SETTLE_S = 1.0
 WARMUP_CALLS = 10
 
+
 class Stack:
     """A model's layers for attention inputs of `shape` (B, H, T, D); weights random, activations
     kept finite by the norms. `csr`: the block_sparse_attn case's row_ptr, col_idx and seq_lens."""
