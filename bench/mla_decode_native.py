@@ -1,7 +1,7 @@
 """mla_decode timed the way GPU MODE's amd-mla-decode eval.py times it, which `kbench eval` does not.
 
     python3 bench/mla_decode_native.py [--suite full] [--cases prefill128,...] [--baseline NAME|none]
-        [--out DIR] [--device cuda|cpu]
+        [--submission DIR] [--out DIR] [--device cuda|cpu]
     (after `source bench/gpu_env.sh`; `--device cpu` runs the smoke suite through Triton's
     interpreter: a check of this script, its times mean nothing)
 
@@ -128,6 +128,8 @@ def main() -> int:
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: the whole suite)")
     ap.add_argument("--baseline", default=None, help="a baseline of the task, or 'none' (default: flashinfer "
                                                       "on a GPU, the first on CPU)")
+    ap.add_argument("--submission", type=Path, default=ROOT / "submissions" / "mla_decode",
+                    help="the submission timed (a folder or file; default: the bundled one)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--max-runs", type=int, default=MAX_RUNS)
     ap.add_argument("--budget-s", type=float, default=BUDGET_S)
@@ -143,7 +145,7 @@ def main() -> int:
     cases = [c for c in suite.cases if not args.cases or c.name in args.cases.split(",")]
     if not cases:
         raise SystemExit(f"no case of {suite.name} named {args.cases}")
-    targets = {"submission": submission_file(task, ROOT / "submissions" / "mla_decode")}
+    targets = {"submission": submission_file(task, args.submission)}
     baselines = task.baselines(args.device)
     if args.baseline != "none" and baselines:
         name = args.baseline or ("flashinfer" if "flashinfer" in baselines else next(iter(baselines)))

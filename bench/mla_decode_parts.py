@@ -128,6 +128,8 @@ def main() -> int:
             kernel._mla_attn_kernel = Spy()
             if gluon_launch is not None:
                 kernel._gluon.launch = spy_gluon
+                kernel._gluon.DIRECT_LAUNCH = False   # every launch through the JIT: it returns the compiled kernel
+            kernel.DIRECT_LAUNCH = False
             for config in SWEEP:
                 kernel.CONFIG.update(zip(KEYS, config))
                 launched.clear()
@@ -144,8 +146,10 @@ def main() -> int:
             kernel.CONFIG.clear()
             kernel.CONFIG.update(default)
             kernel._mla_attn_kernel = jit
+            kernel.DIRECT_LAUNCH = True
             if gluon_launch is not None:
                 kernel._gluon.launch = gluon_launch
+                kernel._gluon.DIRECT_LAUNCH = True
     return 0
 
 

@@ -78,8 +78,9 @@ def load(directory: Path):
     spec = importlib.util.spec_from_file_location("mla_decode_gluon", folder / "mla_decode_gluon.py")
     gluon_mod = importlib.util.module_from_spec(spec)
     sys.modules["mla_decode_gluon"] = gluon_mod
+    sys.path.insert(0, str(directory))   # its sibling modules (mla_launch)
     spec.loader.exec_module(gluon_mod)
-    sys.path.insert(0, str(directory))
+    gluon_mod.DIRECT_LAUNCH = False      # every launch through the JIT, which passes the stamps buffer
     import submission
     if submission._gluon is not gluon_mod:
         raise SystemExit("mla_timeline: the submission did not take the stamped Gluon module")

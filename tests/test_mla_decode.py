@@ -561,3 +561,53 @@ def test_gpu_rope_rounds_each_step_as_the_original(gluon, bs, H, kv_len):
         sol.CONFIG.update(saved)
         sol._trig_table = trig
     assert torch.equal(o, o_pre), (o.float() - o_pre.float()).abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gluon", [True, False], ids=["gluon", "triton"])
+def test_gpu_direct_launches_give_the_jits_bits_without_the_jit(gluon, monkeypatch):
+    """After a specialisation's first launch through the JIT, the kernels run through their own
+    launchers (mla_launch.py). Q up with the absorption, the attention (with the split merge where the
+    batch is small) and the W_uv product, launched directly, must give the JIT launch's bits, over
+    contexts in each of the JIT's integer classes (1, a multiple of 16, other), on a second call that
+    does not go through the JIT's dispatch at all (it raises here)."""
+    from triton.runtime.jit import KernelInterface
+
+    entry = contract.load(ROOT / "submissions" / "mla_decode")
+    sol = sys.modules[entry.__module__]
+    gmod = sol._gluon
+    if gluon and (gmod is None or torch.cuda.get_device_capability()[0] != 9):
+        pytest.skip("the Gluon kernel runs on Hopper only")
+
+    def steps(bs, kv_len):
+        g = torch.Generator(device="cuda").manual_seed(kv_len * 1000 + bs)
+        x1 = torch.randn(bs, 1536, device="cuda", dtype=torch.bfloat16, generator=g)
+        wq = torch.randn(128 * 192, 1536, device="cuda", dtype=torch.bfloat16, generator=g) / math.sqrt(1536)
+        w = torch.randn(128, 256, 512, device="cuda", dtype=torch.bfloat16, generator=g) / math.sqrt(512)
+        kv = torch.randn(bs, kv_len + 3, 576, device="cuda", dtype=torch.bfloat16, generator=g) * 0.5
+        q_lat, q_pe = sol.q_up_absorbed(x1, wq, w[:, :128], 128, 128, 64)
+        o = sol.mla_attention(q_lat, q_pe, kv, kv_len, 0, 1 / math.sqrt(192))
+        return q_lat, q_pe, o, sol.values_to_rows(o, w[:, 128:])
+
+    def jit_dispatch(self, grid):
+        raise AssertionError("launched through the JIT's dispatch")
+
+    def direct_launch(on: bool):
+        sol.DIRECT_LAUNCH = on
+        if gmod is not None:
+            gmod.DIRECT_LAUNCH = on
+
+    monkeypatch.setitem(sol.CONFIG, "gluon", gluon)
+    try:
+        for bs, kv_len in [(1, 1), (1, 64), (2, 300), (128, 129), (16, 6145)]:
+            direct_launch(False)
+            expected = steps(bs, kv_len)
+            direct_launch(True)
+            steps(bs, kv_len)   # through the JIT, once per specialisation: kept
+            with monkeypatch.context() as m:
+                m.setattr(KernelInterface, "__getitem__", jit_dispatch)
+                direct = steps(bs, kv_len)
+            for name, a, b in zip(("q_lat", "q_pe", "o", "rows"), expected, direct):
+                assert torch.equal(a, b), (bs, kv_len, name, (a.float() - b.float()).abs().max().item())
+    finally:
+        direct_launch(True)

@@ -34,6 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from mla_launch import DescriptorLauncher, arg_class, raw_stream
+
 BLOCK_H = 64
 BLOCK_N = 64
 CONSUMER_REGS = gl.constexpr(240)  # each consumer; the producer keeps 3 x 168 - 2 x 240 = 24
@@ -248,7 +250,10 @@ def _consumer(q_s, qpe_s, kv_s, kpe_s, p_s, x_s, q_bar, ready, empty, p_full, l_
         tma.store_wait(0)
 
 
-@gluon.jit
+# The context's length grows by a row a call in the original's benchmark loop: specialised on it
+# (== 1, % 16 == 0), the JIT compiled a new variant, ~2.8 s inside a timed call, when it first
+# reached a multiple of 16. Neither value feeds anything but masks and loop bounds.
+@gluon.jit(do_not_specialize=["kv_len", "tiles_per_split"])
 def _mla_decode_kernel(kv_desc, kpe_desc, qlat_desc, o_desc, q_ptr, cos_ptr, sin_ptr, opart_ptr, lse_ptr,
                        H, kv_len, tiles_per_split, qk_scale,
                        s_q_b, s_q_h, s_op_s, s_op_b, s_op_h, s_lse_s, s_lse_b,
@@ -316,37 +321,86 @@ def _mla_decode_kernel(kv_desc, kpe_desc, qlat_desc, o_desc, q_ptr, cos_ptr, sin
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
+_HOPPER: dict = {}   # device -> whether it is sm_90: a property of the card, asked once
+
+
 def supported(q_lat: torch.Tensor, kv: torch.Tensor) -> bool:
     """Whether this kernel runs the case: a Hopper GPU, DeepSeek-V3's widths (latent 512, RoPE 64)
     and a cache and q_lat TMA can read (16-byte aligned bases and row strides)."""
-    return (kv.is_cuda and torch.cuda.get_device_capability(kv.device)[0] == 9
-            and q_lat.shape[-1] == 512 and kv.shape[-1] == 576 and kv.stride(-1) == 1 and q_lat.stride(-1) == 1
+    if not kv.is_cuda:
+        return False
+    hopper = _HOPPER.get(kv.device)
+    if hopper is None:
+        hopper = _HOPPER[kv.device] = torch.cuda.get_device_capability(kv.device)[0] == 9
+    return (hopper and q_lat.shape[-1] == 512 and kv.shape[-1] == 576 and kv.stride(-1) == 1 and q_lat.stride(-1) == 1
             and all(t.data_ptr() % 16 == 0 and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1])
                     for t in (kv, q_lat)))
 
 
+_LAYOUTS: dict = {}
+
+
 def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block,
-                            gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
+    layout = _LAYOUTS.get(tuple(block))
+    if layout is None:
+        layout = _LAYOUTS[tuple(block)] = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+# After a launch through the JIT has compiled the kernel for a specialisation, the next launches
+# call its raw launcher with the descriptors encoded by (address, shape, strides) (mla_launch.py):
+# ~0.2 ms of Python less a call on the H200 host. bench/mla_timeline.py turns it off (it adds an
+# argument the direct launch does not pass).
+DIRECT_LAUNCH = True
+_DIRECT: dict = {}   # specialisation key -> mla_launch.DescriptorLauncher, or None: always the JIT
+
+
+def _views(q_lat, kv, o, kv_len: int) -> tuple:
+    """The four descriptors' (address, shape, strides), as launch's TensorDescriptors have them: the
+    cache's latent columns and raw RoPE columns cut at kv_len rows, q_lat (H, bs, R), o seen as (H, bs, R)."""
+    bs, _, width = kv.shape
+    H, _, R = q_lat.shape
+    base, s_kv = kv.data_ptr(), (kv.stride(0), kv.stride(1), 1)
+    return ((base, (bs, kv_len, R), s_kv), (base + R * kv.element_size(), (bs, kv_len, width - R), s_kv),
+            (q_lat.data_ptr(), (H, bs, R), (q_lat.stride(0), q_lat.stride(1), 1)),
+            (o.data_ptr(), (H, bs, R), (o.stride(1), o.stride(0), 1)))
 
 
 def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
            nope: int, qk_scale: float, stages: int = 2):
-    """Runs the kernel over (head blocks, sequences, splits) and returns the compiled kernel. Read and
-    written through TMA descriptors: the cache's latent columns and its raw RoPE columns (the kernel
-    rotates the keys), cut at kv_len rows; q_lat (H, bs, R), a program's 64 heads of one sequence;
-    o (bs, H, R), each warpgroup's 256 columns (unsplit). 4 warps per partition, 12 in all: at 168
-    registers each they fill the register file, and the partitions then rebalance them (CONSUMER_REGS)."""
+    """Runs the kernel over (head blocks, sequences, splits); returns the compiled kernel where the JIT
+    launched it, None where its launcher did. Read and written through TMA descriptors: the cache's
+    latent columns and its raw RoPE columns (the kernel rotates the keys), cut at kv_len rows; q_lat
+    (H, bs, R), a program's 64 heads of one sequence; o (bs, H, R), each warpgroup's 256 columns
+    (unsplit). 4 warps per partition, 12 in all: at 168 registers each they fill the register file,
+    and the partitions then rebalance them (CONSUMER_REGS)."""
     H, bs, R = q_lat.shape
+    split = splits > 1
+    grid = (triton.cdiv(H, BLOCK_H), bs, splits)
+    runtime = (q, cos, sin, opart, lse, H, kv_len, tiles_per_split, qk_scale,
+               q.stride(0), q.stride(1),
+               opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
+               lse.stride(0) if split else 0, lse.stride(1) if split else 0)
+    key = None
+    if DIRECT_LAUNCH and o.stride(-1) == 1:
+        views = _views(q_lat, kv, o, kv_len)
+        key = (kv.device, nope, split, stages, tuple(map(arg_class, runtime)),
+               tuple((ptr % 16, tuple(map(arg_class, shape)), tuple(map(arg_class, strides)))
+                     for ptr, shape, strides in views))
+        direct = _DIRECT.get(key)
+        if direct is not None:
+            descriptors = [a for i, view in enumerate(views) for a in direct.encoded(i, *view)]
+            pointers = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in runtime)
+            if direct(grid, raw_stream(kv.device), descriptors, pointers, (nope, split, stages, 4)):
+                return None
+            _DIRECT[key] = None
     kv_desc = _descriptor(kv[:, :kv_len, :R], [1, BLOCK_N, R])
     kpe_desc = _descriptor(kv[:, :kv_len, R:], [1, BLOCK_N, kv.shape[-1] - R])
     qlat_desc = _descriptor(q_lat, [BLOCK_H, 1, R])
     o_desc = _descriptor(o.permute(1, 0, 2), [BLOCK_H, 1, R // 2])  # (H, bs, R), as q_lat
-    split = splits > 1
-    return _mla_decode_kernel[(triton.cdiv(H, BLOCK_H), bs, splits)](
-        kv_desc, kpe_desc, qlat_desc, o_desc, q, cos, sin, opart, lse,
-        H, kv_len, tiles_per_split, qk_scale,
-        q.stride(0), q.stride(1),
-        opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
-        lse.stride(0) if split else 0, lse.stride(1) if split else 0,
+    kernel = _mla_decode_kernel[grid](
+        kv_desc, kpe_desc, qlat_desc, o_desc, *runtime,
         NOPE=nope, SPLIT=split, STAGES=stages, num_warps=4, maxnreg=168)
+    if key is not None and key not in _DIRECT:
+        _DIRECT[key] = DescriptorLauncher.create(kernel, 4)
+    return kernel

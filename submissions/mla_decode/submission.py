@@ -27,11 +27,18 @@ q_nope in registers between the two products, so q never makes a round trip thro
 
 No weight-derived tensor is cached between calls: absorbing at the activation level
 costs two small products per call (about 4 GFLOP, 33 MB of weights read once), so there
-is nothing to key a cache on and nothing a changed input could make stale. Besides the
-RoPE cos/sin table (a function of positions alone), the only cached object is a second
-CUDA stream per device, on which the KV append runs beside the Q projections; it holds
-no data. y is returned as the transposed view of y^T = wo . rows^T (cuBLAS streams wo
-faster in that orientation).
+is nothing to key a cache on and nothing a changed input could make stale. What is cached
+holds no input data: the RoPE cos/sin table (a function of positions alone); a second CUDA
+stream per device, on which the KV append runs beside the Q projections; the card's SM
+count and compute capability; and, for the launch path (mla_launch.py), the compiled
+kernels by specialisation and the TMA descriptors encoded by (address, shape, strides),
+which describe memory, not what is in it. y is returned as the transposed view of
+y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
+
+The host path matters in the original's own protocol (host clock around a synchronized
+call): launched through Triton's JIT dispatch the call took 0.6-1.1 ms to return on the
+H200 host, where its kernels run for 0.18 ms at prefill 128; launched directly, 0.44-0.48 ms
+(docs/benchmarks-mla_decode.md).
 """
 import math
 import os
@@ -45,6 +52,22 @@ try:  # Hopper only; Triton builds without Gluon's Hopper API, and the interpret
     import mla_decode_gluon as _gluon
 except ImportError:
     _gluon = None
+try:  # a sibling, as the Gluon kernel; this file imported on its own launches through the JIT
+    from mla_launch import Kernels
+except ImportError:
+    Kernels = None
+
+# The Triton kernels' launches after the first of each specialisation skip the JIT's dispatch
+# (mla_launch.py: 50-70 us of Python a launch on the H200 host). Not on CPU (the interpreter).
+DIRECT_LAUNCH = True
+_KERNELS = Kernels() if Kernels is not None else None
+
+
+def _launch(fn, grid, device, args, constexprs, **options):
+    """``fn[grid](*args, **constexprs, **options)``, directly once compiled (mla_launch.Kernels)."""
+    if DIRECT_LAUNCH and _KERNELS is not None and device.type == "cuda":
+        return _KERNELS.launch(fn, grid, device, args, constexprs, options)
+    return fn[grid](*args, **constexprs, **options)
 
 
 @triton.jit
@@ -304,10 +327,15 @@ CONFIG = {"block_h": 64, "block_n": 64, "v_split": 1, "num_warps": 8, "num_stage
 _THETA: dict = {}
 
 
+_SMS: dict = {}
+
+
 def _n_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # the interpreter: small, so the smoke suite runs the split path
+    if device.type != "cuda":
+        return 4  # the interpreter: small, so the smoke suite runs the split path
+    if device not in _SMS:  # a property of the card: asked once
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
 
 
 def _block_h(n_heads: int) -> int:
@@ -357,9 +385,9 @@ def rope_keys(kv: torch.Tensor, kv_len: int, R: int, cos: torch.Tensor, sin: tor
     """(bs, kv_len, rope) bf16: the RoPE part of each cache row rotated at its position."""
     bs, rope = kv.shape[0], kv.shape[-1] - R
     kpe = torch.empty(bs, kv_len, rope, dtype=torch.bfloat16, device=kv.device)
-    _rope_keys_kernel[(triton.cdiv(kv_len, 64), bs)](
-        kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1),
-        R=R, HALF=rope // 2, BLOCK_N=64)
+    _launch(_rope_keys_kernel, (triton.cdiv(kv_len, 64), bs), kv.device,
+            (kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1)),
+            dict(R=R, HALF=rope // 2, BLOCK_N=64))
     return kpe
 
 
@@ -390,7 +418,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
                       sm_scale * 1.4426950408889634)
     else:
         kpe = rope_keys(kv, kv_len, R, cos, sin) if CONFIG["rope_pass"] else kv  # kv: unused
-        _mla_attn_kernel[(groups * v_split, bs, splits)](
+        _launch(_mla_attn_kernel, (groups * v_split, bs, splits), kv.device, (
             q_lat, q, kv, kpe, cos, sin, o, opart, lse,
             H, kv_len, tiles_per_split, sm_scale,
             q_lat.stride(0), q_lat.stride(1), q.stride(0), q.stride(1), kv.stride(0), kv.stride(1),
@@ -398,15 +426,15 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
             o.stride(0), o.stride(1),
             opart.stride(0) if splits > 1 else 0, opart.stride(1) if splits > 1 else 0,
             opart.stride(2) if splits > 1 else 0,
-            lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0,
-            NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
-            DOT_F32=_INTERPRET, ROPE_PASS=CONFIG["rope_pass"], num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
-        )
+            lse.stride(0) if splits > 1 else 0, lse.stride(1) if splits > 1 else 0),
+            dict(NOPE=nope, R=R, HALF=rope // 2, V_SPLIT=v_split, BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=splits > 1,
+                 DOT_F32=_INTERPRET, ROPE_PASS=CONFIG["rope_pass"]),
+            num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
     if splits > 1:
-        _merge_splits_kernel[(bs, H)](
+        _launch(_merge_splits_kernel, (bs, H), kv.device, (
             opart, lse, o, splits, opart.stride(0), opart.stride(1), opart.stride(2),
-            lse.stride(0), lse.stride(1), o.stride(0), o.stride(1),
-            R=R, SPLITS=triton.next_power_of_2(splits))
+            lse.stride(0), lse.stride(1), o.stride(0), o.stride(1)),
+            dict(R=R, SPLITS=triton.next_power_of_2(splits)))
     return o
 
 
@@ -427,12 +455,12 @@ def q_up_absorbed(x1: torch.Tensor, wq: torch.Tensor, w_uk: torch.Tensor, H: int
     q_lat = torch.empty(H, bs, R, dtype=torch.bfloat16, device=x1.device)
     q_pe = torch.empty(bs, H, rope, dtype=torch.bfloat16, device=x1.device)
     block_m = max(16 if _INTERPRET else 64, triton.next_power_of_2(bs))
-    _q_up_absorb_kernel[(H,)](
+    _launch(_q_up_absorb_kernel, (H,), x1.device, (
         x1, wq, w_uk, q_lat, q_pe, bs,
         x1.stride(0), wq.stride(0), w_uk.stride(0), w_uk.stride(1), q_lat.stride(0), q_lat.stride(1),
-        q_pe.stride(0), q_pe.stride(1),
-        DQ=dq, NOPE=nope, ROPE=rope, R=R, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_R=min(128, R),
-        DOT_F32=_INTERPRET, num_warps=CONFIG["fused_q_warps"], num_stages=CONFIG["fused_q_stages"])
+        q_pe.stride(0), q_pe.stride(1)),
+        dict(DQ=dq, NOPE=nope, ROPE=rope, R=R, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_R=min(128, R),
+             DOT_F32=_INTERPRET), num_warps=CONFIG["fused_q_warps"], num_stages=CONFIG["fused_q_stages"])
     return q_lat, q_pe
 
 
@@ -446,9 +474,9 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
     rows = torch.empty(bs, H * vd, dtype=torch.bfloat16, device=o.device)
     a, b, c = o.transpose(0, 1), w_uv.transpose(1, 2), rows.view(bs, H, vd).transpose(0, 1)
     block_m = min(128, max(16, triton.next_power_of_2(bs)))
-    _head_bmm_kernel[(vd // block_n, triton.cdiv(bs, block_m), H)](
-        a, b, c, bs, R, *a.stride(), *b.stride(), *c.stride(),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET, num_warps=8, num_stages=2)
+    _launch(_head_bmm_kernel, (vd // block_n, triton.cdiv(bs, block_m), H), o.device,
+            (a, b, c, bs, R, *a.stride(), *b.stride(), *c.stride()),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET), num_warps=8, num_stages=2)
     return rows
 
 
