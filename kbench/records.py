@@ -171,11 +171,11 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
     setup), for a user asking why a run is slow; each case carries its own ``wall_s``.
     ``calibration_of(record)``: the card each case ran on, where they differ (kbench/fanout.py)."""
     roofline = TASK.get(task.module, "roofline")
-    if roofline is not None:
-        for rec in records:
-            add_roofline(rec, roofline(rec["params"]), calibration_of(rec) if calibration_of else calibration)
     for rec in records:
-        note_throttling(rec, calibration_of(rec) if calibration_of else calibration)
+        card = calibration_of(rec) if calibration_of else calibration
+        if roofline is not None:
+            add_roofline(rec, roofline(rec["params"]), card)
+        note_throttling(rec, card)
     spread = widen_by_process_spread(records)
     summary = summarize_run(records)
     summary["fatal"] = fatal
