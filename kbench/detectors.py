@@ -58,6 +58,22 @@ def throttled(label: str, mhz: float | None, max_mhz: float | None) -> str | Non
     return None
 
 
+def host_bound(records: list[dict]) -> str | None:
+    """A note, not a flag, when a passed case's call takes longer to return on the host than it
+    runs on the device: called back to back (no CUDA graph, no other work to hide behind), such a
+    call goes at the host's pace, and a timer on the host's clock (as GPU MODE's and Paradigm's
+    originals use) reads the host, not the kernel. kbench's figure is the device's either way."""
+    timed = [r for r in records if r.get("host_ms") and r.get("latency_ms")]
+    bound = [r for r in timed if r["host_ms"] > r["latency_ms"]]
+    if not bound:
+        return None
+    worst = max(bound, key=lambda r: r["host_ms"] / r["latency_ms"])
+    return (f"host-bound on {len(bound)} of {len(timed)} timed cases: the call takes longer to return "
+            f"on the host than to run on the device (most: {worst['case']}, {worst['host_ms'] * 1e3:.1f} us "
+            f"on the host, {worst['latency_ms'] * 1e3:.1f} us on the device; per case: host us, --wide). Back to back "
+            f"such calls go at the host's pace, and a host-clock timer reads the host's time")
+
+
 def below_floor(latency_ms: float | None, floor_ms: float | None) -> str | None:
     if latency_ms and floor_ms and latency_ms < FLOOR_MARGIN * floor_ms:
         return (f"faster than physically possible ({latency_ms:.4g} ms < floor {floor_ms:.4g} ms): "

@@ -177,6 +177,9 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             add_roofline(rec, roofline(rec["params"]), card)
         note_throttling(rec, card)
     spread = widen_by_process_spread(records)
+    bound = detectors.host_bound(records) if options.device == "cuda" and not options.cuda_graph else None
+    if bound is not None:
+        notes = [*notes, bound]
     summary = summarize_run(records)
     summary["fatal"] = fatal
     removed = worker_env.not_passed_on()

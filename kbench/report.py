@@ -27,9 +27,10 @@ def _at(where):
 
 # errors: the worst over every checked call, and the call it was seen on
 CPU_HEADERS = ["case", "status", "abs err", "rel err", "worst at"]
-GPU_HEADERS = CPU_HEADERS + ["time us", "iqr/2 us", "base us", "speedup", "GB/s", "% bw"]
-# what goes first when a table does not fit: the least telling
-GPU_DROP = ("worst at", "% bw", "iqr/2 us", "GB/s", "rel err", "base us")
+# host us: the call's own time on the host (it returns after that; ``host_ms``), beside its device time
+GPU_HEADERS = CPU_HEADERS + ["time us", "iqr/2 us", "host us", "base us", "speedup", "GB/s", "% bw"]
+# what goes first when a table does not fit: the least telling (a host-bound run says so in a note)
+GPU_DROP = ("worst at", "host us", "% bw", "iqr/2 us", "GB/s", "rel err", "base us")
 
 
 def case_rows(run: dict) -> tuple[list[str], list[list]]:
@@ -42,7 +43,7 @@ def case_rows(run: dict) -> tuple[list[str], list[list]]:
             spread = "-"
             if r["latency_q1_ms"] is not None:
                 spread = f"{(r['latency_q3_ms'] - r['latency_q1_ms']) * 1e3 / 2:.2f}"
-            row += [_us(r["latency_ms"]), spread, _us(r["baseline_latency_ms"]),
+            row += [_us(r["latency_ms"]), spread, _us(r.get("host_ms")), _us(r["baseline_latency_ms"]),
                     "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                     "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
                     "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%"]
@@ -67,10 +68,9 @@ def _grouped(items: list[tuple[str, str]], total: int) -> list[str]:
     return out
 
 
-def text_report(run: dict, wide: bool = False) -> str:
-    headers, rows = case_rows(run)
-    table, hidden = render(headers, rows, wide=wide, drop=GPU_DROP)
-    out = [table] + ([hidden_note(hidden)] if hidden else [])
+def remarks(run: dict) -> list[str]:
+    """Below the table: each case's failure reason, flags and notes (a line per distinct text, not
+    wrapped, so each can be found with grep), then the run's notes."""
     items = []
     for r in run["cases"]:
         if r["reason"]:
@@ -78,8 +78,15 @@ def text_report(run: dict, wide: bool = False) -> str:
         items += [(r["case"], f"flagged: {flag}") for flag in r["flags"]]
         if r.get("baseline_problem"):
             items.append((r["case"], f"note: {r['baseline_problem']}"))
-    out += _grouped(items, len(run["cases"]))
-    out.extend(f"note: {n}" for n in run["notes"])
+        items += [(r["case"], f"note: {n}") for n in r.get("notes", [])]
+    return _grouped(items, len(run["cases"])) + [f"note: {n}" for n in run["notes"]]
+
+
+def text_report(run: dict, wide: bool = False) -> str:
+    headers, rows = case_rows(run)
+    table, hidden = render(headers, rows, wide=wide, drop=GPU_DROP)
+    out = [table] + ([hidden_note(hidden)] if hidden else [])
+    out += remarks(run)
     out.append(lines(summary_line(run), wide))
     return "\n".join(out)
 
@@ -117,8 +124,9 @@ def markdown_report(run: dict) -> str:
     headers, rows = case_rows(run)
     table, _ = render(headers, rows, fmt="github")
     dev = run["device"]
+    notes = "".join(f"- {line}\n" for line in remarks(run))
     return (f"### kbench: {run['task']} / {run['suite']}: {run['submission']}\n\n"
-            f"{summary_line(run)}\n\n{table}\n\n"
+            f"{summary_line(run)}\n\n{table}\n\n" + (f"{notes}\n" if notes else "") +
             f"Device: {dev.get('name', dev.get('device'))}; timing: {run['timing']['mode']}; "
             f"kbench {run['kbench_version']}\n")
 

@@ -56,3 +56,34 @@ def test_tripwire_reports_become_flags():
     assert flags[0] == "submission read /etc/passwd, outside its folder"
     assert "replaced time.perf_counter" in flags[1]
     assert detectors.tripwire_flags(Report()) == []
+
+
+def test_a_call_that_returns_later_on_the_host_than_it_runs_on_the_device_is_noted_host_bound():
+    def case(name, host_us, device_us):
+        return {"case": name, "host_ms": host_us and host_us / 1e3, "latency_ms": device_us and device_us / 1e3}
+
+    assert detectors.host_bound([case("a", 40, 50), case("b", 10, 200)]) is None
+    assert detectors.host_bound([case("failed", None, None)]) is None
+    note = detectors.host_bound([case("a", 60, 50), case("b", 10, 200), case("c", 58, 4.2)])
+    assert note.startswith("host-bound on 2 of 3 timed cases")
+    assert "most: c, 58.0 us on the host, 4.2 us on the device" in note
+
+
+def test_a_run_record_notes_a_host_bound_run_on_the_gpu_but_not_in_cuda_graph_or_cpu_mode():
+    from kbench.records import case_record, run_record
+    from kbench.runner import Options
+    from kbench.tasks import get_task
+    from kbench.timing import summarize
+
+    task = get_task("qknorm")
+    suite = task.suite("quick")
+    records = lambda: [case_record(c, "passed", "", latency=summarize([0.004, 0.005, 0.006]),  # noqa: E731
+                                   host=summarize([0.03])) for c in suite.cases]
+
+    def notes(**options):
+        run = run_record(task, suite, Options(**options), "sub", {"device": options["device"]}, records(), [], None)
+        return [n for n in run["notes"] if n.startswith("host-bound")]
+
+    assert len(notes(device="cuda")) == 1 and f"of {len(suite.cases)} timed cases" in notes(device="cuda")[0]
+    assert notes(device="cuda", cuda_graph=True) == []   # host_ms is then the capture, not a call
+    assert notes(device="cpu") == []

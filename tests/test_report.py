@@ -1,5 +1,5 @@
 """What eval reports: the worst error over every checked call, tables that fit 100 columns."""
-from kbench.report import summary_line, text_report
+from kbench.report import markdown_report, summary_line, text_report
 from kbench.timing import StopRule
 from tests.helpers import FIXTURES, run_cpu
 
@@ -35,9 +35,11 @@ def _gpu_run(names, gbps=None):
             "case": name, "status": "passed", "reason": "", "flags": [], "max_abs_err": 0.0039,
             "max_rel_err": 0.0078, "max_abs_err_at": f"timed call {i + 7} (seed 1234567)",
             "latency_ms": 0.01234 * (i + 1), "latency_q1_ms": 0.0121, "latency_q3_ms": 0.0125,
-            "baseline_latency_ms": 0.02345, "speedup": 1.9, "gbps": gbps, "pct_of_copy_bw": gbps and 42.0})
+            "host_ms": 0.0456, "baseline_latency_ms": 0.02345, "speedup": 1.9, "gbps": gbps,
+            "pct_of_copy_bw": gbps and 42.0, "notes": []})
     return {"task": "qknorm", "suite": "models", "baseline": "flashinfer", "notes": [], "cases": cases,
-            "timing": {"mode": "cuda-events", "meaningful": True},
+            "timing": {"mode": "cuda-events", "meaningful": True}, "device": {"name": "NVIDIA H200"},
+            "submission": "submissions/qknorm", "kbench_version": "0",
             "summary": {"passed": len(cases), "total": len(cases), "geomean_speedup": 1.9, "flagged": 0,
                         "native": None, "fatal": None}}
 
@@ -73,3 +75,19 @@ def test_summary_line_names_the_workers_cuda_connections():
     assert summary_line(run) == ("qknorm/models: passed 1/1; geomean speedup 1.900x vs flashinfer; "
                                  "CUDA_DEVICE_MAX_CONNECTIONS=1 in the workers (streams may share a hardware "
                                  "queue: a missing wait between them can go unseen)")
+
+
+def test_the_host_time_is_a_column_and_a_cases_notes_are_printed_under_the_table():
+    run = _gpu_run(["a", "b", "c"])
+    note = "the submission's calls ran at a 1350 MHz SM clock, 68% of the card's 1980 MHz: throttled"
+    run["cases"][1]["notes"].append(note)
+    run["cases"][2]["notes"].append(note)
+    run["notes"].append("host-bound on 3 of 3 timed cases: ...")
+    text = text_report(run, wide=True)
+    header = text.splitlines()[0].split("  ")
+    assert [h.strip() for h in header if h.strip()][5:8] == ["time us", "iqr/2 us", "host us"]
+    row = next(line for line in text.splitlines() if line.startswith("a "))
+    assert row.split()[6:9] == ["12.34", "0.20", "45.60"]   # time, iqr/2, host (worst at is two words)
+    assert f"2 cases (b, c): note: {note}" in text.splitlines()
+    assert "note: host-bound on 3 of 3 timed cases: ..." in text.splitlines()
+    assert f"- 2 cases (b, c): note: {note}" in markdown_report(run).splitlines()
