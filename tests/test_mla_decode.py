@@ -246,6 +246,31 @@ def test_bundled_solution_passes_smoke_in_the_interpreter():
     assert len(lines) == 2 * len(SMOKE) and all(" passed " in ln for ln in lines), out
 
 
+CONTEXT_NOT_SPECIALISED = f"""
+import importlib.util, sys
+sys.path.insert(0, {str(ROOT / 'submissions' / 'mla_decode')!r})
+import submission, mla_decode_gluon
+for kernel in (submission._rope_keys_kernel, submission._mla_attn_kernel, mla_decode_gluon._mla_decode_kernel):
+    names = [p.name for p in kernel.params]
+    print(kernel.__name__, sorted(n for n in ("kv_len", "tiles_per_split") if n in names),
+          sorted(p.name for p in kernel.params if p.do_not_specialize))
+"""
+
+
+def test_no_attention_kernel_is_specialised_on_the_context_length():
+    """The original's timed loop grows the context by a row a call: a kernel specialised on kv_len
+    compiles a new variant (seconds) inside a timed call when the length first reaches a multiple of 16."""
+    done = subprocess.run([sys.executable, "-c", CONTEXT_NOT_SPECIALISED], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3, done.stdout
+    for line in lines:
+        name, rest = line.split(" ", 1)
+        takes, unspecialised = rest.split("] ")
+        assert "kv_len" in takes and takes + "]" == unspecialised, line
+
+
 ATTENTION_VS_TORCH = f"""
 import importlib.util, math, sys, torch
 s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})

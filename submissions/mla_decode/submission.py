@@ -101,7 +101,10 @@ def _rope_half_pair(xa, xb, c, s):
     return ra, rb
 
 
-@triton.jit
+# kv_len and tiles_per_split feed only masks and loop bounds. Not specialised on: the original's loop
+# grows the context by a row a call, and a variant compiled when it first reaches a multiple of 16
+# would land inside a timed call (as the Gluon kernel's did, 2.8 s).
+@triton.jit(do_not_specialize=["kv_len"])
 def _rope_keys_kernel(kv_ptr, cos_ptr, sin_ptr, kpe_ptr, kv_len, s_kv_b, s_kv_n, s_kpe_b, s_kpe_n,
                       R: tl.constexpr, HALF: tl.constexpr, BLOCK_N: tl.constexpr):
     """kpe[b, n] = the RoPE part of cache row n rotated at position n (bf16, the original's roundings)."""
@@ -121,7 +124,7 @@ def _rope_keys_kernel(kv_ptr, cos_ptr, sin_ptr, kpe_ptr, kv_len, s_kv_b, s_kv_n,
     tl.store(out + HALF, kb.to(tl.bfloat16), mask=nmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["kv_len", "tiles_per_split"])
 def _mla_attn_kernel(
     qlat_ptr, q_ptr, kv_ptr, kpe_ptr, cos_ptr, sin_ptr, o_ptr, opart_ptr, lse_ptr,
     H, kv_len, tiles_per_split, sm_scale,
