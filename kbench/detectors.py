@@ -69,9 +69,10 @@ def host_bound(records: list[dict]) -> str | None:
         return None
     worst = max(bound, key=lambda r: r["host_ms"] / r["latency_ms"])
     return (f"host-bound on {len(bound)} of {len(timed)} timed cases: the call takes longer to return "
-            f"on the host than to run on the device (most: {worst['case']}, {worst['host_ms'] * 1e3:.1f} us "
-            f"on the host, {worst['latency_ms'] * 1e3:.1f} us on the device; per case: host us, --wide). Back to back "
-            f"such calls go at the host's pace, and a host-clock timer reads the host's time")
+            f"on the host than to run on the device (worst: {worst['case']}, {worst['host_ms'] * 1e3:.1f} "
+            f"us on the host, {worst['latency_ms'] * 1e3:.1f} us on the device; per case: host us, "
+            f"--wide). Back to back such calls go at the host's pace, and a host-clock timer reads the "
+            f"host's time")
 
 
 def below_floor(latency_ms: float | None, floor_ms: float | None) -> str | None:

@@ -66,7 +66,7 @@ def test_a_call_that_returns_later_on_the_host_than_it_runs_on_the_device_is_not
     assert detectors.host_bound([case("failed", None, None)]) is None
     note = detectors.host_bound([case("a", 60, 50), case("b", 10, 200), case("c", 58, 4.2)])
     assert note.startswith("host-bound on 2 of 3 timed cases")
-    assert "most: c, 58.0 us on the host, 4.2 us on the device" in note
+    assert "worst: c, 58.0 us on the host, 4.2 us on the device" in note
 
 
 def test_a_run_record_notes_a_host_bound_run_on_the_gpu_but_not_in_cuda_graph_or_cpu_mode():
