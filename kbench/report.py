@@ -35,6 +35,8 @@ GPU_DROP = ("worst at", "host us", "% bw", "iqr/2 us", "GB/s", "rel err", "base 
 
 def case_rows(run: dict) -> tuple[list[str], list[list]]:
     timed = run["timing"]["meaningful"]
+    # with --cuda-graph the host time is the capture's, not a call's
+    replayed = run["timing"]["mode"] == "cuda-graph-replay"
     rows = []
     for r in run["cases"]:
         row = [r["case"], r["status"] + ("*" if r["flags"] else ""), _err(r["max_abs_err"]),
@@ -43,7 +45,7 @@ def case_rows(run: dict) -> tuple[list[str], list[list]]:
             spread = "-"
             if r["latency_q1_ms"] is not None:
                 spread = f"{(r['latency_q3_ms'] - r['latency_q1_ms']) * 1e3 / 2:.2f}"
-            row += [_us(r["latency_ms"]), spread, _us(r.get("host_ms")), _us(r["baseline_latency_ms"]),
+            row += [_us(r["latency_ms"]), spread, _us(None if replayed else r.get("host_ms")), _us(r["baseline_latency_ms"]),
                     "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                     "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
                     "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%"]

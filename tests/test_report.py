@@ -91,3 +91,11 @@ def test_the_host_time_is_a_column_and_a_cases_notes_are_printed_under_the_table
     assert f"2 cases (b, c): note: {note}" in text.splitlines()
     assert "note: host-bound on 3 of 3 timed cases: ..." in text.splitlines()
     assert f"- 2 cases (b, c): note: {note}" in markdown_report(run).splitlines()
+
+
+def test_cuda_graph_runs_show_no_host_time_their_host_ms_is_the_capture():
+    run = _gpu_run(["a"])
+    run["timing"]["mode"] = "cuda-graph-replay"
+    assert "host us" not in text_report(run).splitlines()[0]
+    row = next(line for line in text_report(run, wide=True).splitlines() if line.startswith("a "))
+    assert row.split()[6:9] == ["12.34", "0.20", "-"]
