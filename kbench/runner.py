@@ -345,6 +345,8 @@ class Runner:
         record["process_ids"] = sub.window   # which of the pool's processes, in that order
         if base_summary:
             record["baseline_gate_ms"] = round(timing.summarize(b.gate).median, 3)
+            # the baseline's host time inside the call (median, ms), as host_ms is the submission's
+            record["baseline_host_ms"] = round(timing.summarize(b.host).median, 6)
             record["baseline_sm_clock_mhz"] = _median_clock(b.clock)
             record["baseline_by_process_ms"] = [round(p.median, 6) for p in base_pooled.per_process]
             record["baseline_process_ids"] = base.window

@@ -99,3 +99,9 @@ def test_cuda_graph_runs_show_no_host_time_their_host_ms_is_the_capture():
     assert "host us" not in text_report(run).splitlines()[0]
     row = next(line for line in text_report(run, wide=True).splitlines() if line.startswith("a "))
     assert row.split()[6:9] == ["12.34", "0.20", "-"]
+
+
+def test_the_baselines_host_time_is_recorded_beside_the_submissions():
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=(CASE,), baseline="torch")
+    case = run["cases"][0]
+    assert case["baseline"] == "torch" and case["host_ms"] > 0 and case["baseline_host_ms"] > 0
