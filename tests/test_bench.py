@@ -256,3 +256,21 @@ def test_mla_decode_native_times_as_the_original_a_growing_cache_and_a_full_one(
     assert (full["runs"], full["final_seq_len"], full["cache_resets"]) == (3, 512, 3)
     assert grows["mean_ms"] > 0 and grows["err_ms"] >= 0 and grows["best_ms"] <= grows["mean_ms"]
     assert "geomean latency" in proc.stdout
+
+
+def test_crosscheck_agreement_says_which_medians_were_host_timed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crosscheck_under_test", BENCH / "crosscheck.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def plain(ms, gate_off):
+        return {"median_ms": ms, "noise": 0.002, "do_bench_ms": ms, "gate_off": gate_off}
+
+    rows = [{"case": "c", "submission": plain(0.2000, False), "baseline": plain(16.33, True)}]
+    result = {"cases": [{"case": "c", "latency_ms": 0.2010, "noise": 0.003,
+                         "baseline_latency_ms": 16.87, "baseline_noise": 0.01}]}
+    (sub, base) = module.agreement(rows, result)
+    assert sub[:2] == ("c", "submission") and sub[5:] == (True, True, False)
+    assert base[:2] == ("c", "baseline") and base[5] is False and base[7] is True   # 3.3% off, host-timed
