@@ -45,7 +45,8 @@ def case_rows(run: dict) -> tuple[list[str], list[list]]:
             spread = "-"
             if r["latency_q1_ms"] is not None:
                 spread = f"{(r['latency_q3_ms'] - r['latency_q1_ms']) * 1e3 / 2:.2f}"
-            row += [_us(r["latency_ms"]), spread, _us(None if replayed else r.get("host_ms")), _us(r["baseline_latency_ms"]),
+            host = None if replayed else r.get("host_ms")
+            row += [_us(r["latency_ms"]), spread, _us(host), _us(r["baseline_latency_ms"]),
                     "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                     "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
                     "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%"]
