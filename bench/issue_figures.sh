@@ -2,9 +2,9 @@
 # The per-case figures issues 10 (mla_decode) and 11 (block_sparse_attn) ask for, each task in one
 # device call: every command's whole log and JSON under $OUT/figures/, the tail of each here.
 #
-#   bash bench/issue_figures.sh mla     # ~5 min on an H200: kbench full (FlashInfer baseline) and
+#   bash bench/issue_figures.sh mla     # ~80 s on an H200: kbench full (FlashInfer baseline) and
 #                                       # decode, the native GPU MODE figure, the parts at 128 / 6144
-#   bash bench/issue_figures.sh bsa     # ~4 min: kbench full, the native figure, 207 fresh seeds
+#   bash bench/issue_figures.sh bsa     # ~140 s: kbench full, the native figure, 207 fresh seeds
 #
 # Run on the device host with the flashinfer wheels carried (.whl). Record the figures in
 # docs/benchmarks-mla_decode.md / docs/benchmarks-block_sparse_attn.md with date, card and commit.
