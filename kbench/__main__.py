@@ -1,3 +1,3 @@
-from .launch import main
+from kbench.cli.main import main
 
 main()

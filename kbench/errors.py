@@ -1,4 +1,5 @@
 """Exceptions shared by the parent and the worker side."""
+from __future__ import annotations
 
 
 class KbenchError(Exception):

@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM: one line, exit 130 (143), nothing left behind, whatever the moment.
 
-The ``kbench`` command installs ``install()`` before anything else (kbench/launch.py). The
+The ``kbench`` command installs ``install()`` before anything else (kbench/cli/main.py). The
 handler never raises KeyboardInterrupt (a traceback from wherever the main thread was:
 importing torch, waiting on a worker, in a ``finally``); it ends the run itself: kills every
 worker process registered here and whatever those started, removes every folder registered
@@ -10,7 +10,7 @@ What is registered must match what exists at any moment the handler can run, so 
 creates or removes a registered thing does it inside ``critical()``: a signal arriving then
 is acted on when the section ends. Workers are spawned with SIGINT blocked, a mask they
 inherit: the terminal's Ctrl-C reaches the whole process group, and a worker that has not yet
-left it (kbench/worker.py calls setsid) would otherwise print its own KeyboardInterrupt.
+left it (kbench/worker/loop.py calls setsid) would otherwise print its own KeyboardInterrupt.
 Nothing here imports torch.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ _last_words: list = []             # callables returning a line to say before "i
 
 def on_interrupt(say) -> None:
     """Call ``say()`` first when interrupted (it may stop what it started); the line it returns,
-    if any, is written before ``kbench: interrupted`` (kbench/gpu_pool.py: the missing cases)."""
+    if any, is written before ``kbench: interrupted`` (kbench/scaleout/gpus.py: the missing cases)."""
     _last_words.append(say)
 
 

@@ -1,4 +1,4 @@
-"""What the parent and a worker say to each other, as named types.
+"""What the trusted parent and a worker say to each other, and the private channel it travels on.
 
 Requests go parent -> worker as pickled dataclasses (the worker trusts the parent).
 Replies go worker -> parent as plain dicts, lists, numbers, strings and tensors only (the
@@ -8,19 +8,25 @@ the submission's fault (``invalid``), never the parent's crash.
 """
 from __future__ import annotations
 
+import io
 import math
+import os
+import pickle
+import select
+import struct
+import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 
 import torch
+import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
 
-from .call_timer import OutputRef, Sample
 
-
-# -- requests (parent -> worker) --------------------------------------------------------
 @dataclass(frozen=True)
 class Assign:
     """The first message to a worker: what to load, on which device, and the cases whose
-    parameters the contract's setup gets (kbench/spare_workers.py)."""
+    parameters the contract's setup gets (kbench/run/workers.py)."""
 
     contract_path: str
     target_path: str
@@ -78,7 +84,7 @@ class Report:
     tampered: list[str] = field(default_factory=list)
 
 
-# The worker's load, step by step (kbench/worker.py): the contract's module, the device and the
+# The worker's load, step by step (kbench/worker/loop.py): the contract's module, the device and the
 # timer (CUDA's context, the flush's kernels), the submission's entry point, Triton's cache key.
 LOAD_STEPS = ("contract_s", "device_s", "entry_s", "triton_s")
 
@@ -203,3 +209,115 @@ def resolve(outputs: list, inputs: dict) -> tuple:
         view.set_(storage, o.offset, o.shape, o.stride)
         out.append(view)
     return tuple(out)
+
+
+# -- channel -------------------------------------------------------------------------------
+# The private channel between the trusted parent and a worker.
+#
+# Messages are pickled, and unpickling can run arbitrary code, so the parent reads the
+# worker's replies with an unpickler that only rebuilds plain data and tensors: a
+# submission that hijacks the worker still cannot run code in the parent.
+
+_TORCH_REBUILDERS = {
+    "rebuild_tensor", "rebuild_cuda_tensor", "rebuild_storage_fd", "rebuild_storage_filename",
+    "rebuild_typed_storage", "rebuild_typed_storage_child", "rebuild_storage_empty",
+    "rebuild_meta_tensor",
+}
+_ALLOWED = {
+    ("multiprocessing.resource_sharer", "DupFd"),
+    ("torch", "Size"), ("torch", "Tensor"), ("torch", "device"),
+    ("torch", "UntypedStorage"), ("torch.storage", "UntypedStorage"),
+    ("torch.storage", "TypedStorage"), ("torch", "TypedStorage"),
+}
+
+
+class UnsafeReply(Exception):
+    """The worker sent something other than plain data and tensors."""
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        allowed = (module, name) in _ALLOWED or (
+            module == "torch.multiprocessing.reductions" and name in _TORCH_REBUILDERS)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            allowed = True
+        if not allowed:
+            raise UnsafeReply(f"worker reply holds a forbidden object {module}.{name}")
+        return super().find_class(module, name)
+
+
+def send(conn: Connection, message) -> None:
+    """Send with torch's reductions (tensors travel as shared memory / CUDA IPC handles)."""
+    conn.send_bytes(ForkingPickler.dumps(message))
+
+
+def receive_trusted(conn: Connection):
+    """Worker side: messages from the parent are trusted."""
+    return pickle.loads(conn.recv_bytes())
+
+
+MAX_REPLY_BYTES = 64 * 2**20  # tensors travel as handles; a real reply is far smaller
+
+
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    chunks, left = [], n
+    while left:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError("the worker sent part of a message and stopped")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_bytes(conn: Connection, deadline: float) -> bytes:
+    """multiprocessing's framing (4-byte big-endian size, -1 then 8 bytes for huge ones), read
+    with a deadline and a size limit: junk written to the channel cannot hang the parent."""
+    fd = conn.fileno()
+    size, = struct.unpack("!i", _read_exact(fd, 4, deadline))
+    if size == -1:
+        size, = struct.unpack("!Q", _read_exact(fd, 8, deadline))
+    if size < 0 or size > MAX_REPLY_BYTES:
+        raise UnsafeReply(f"worker wrote a malformed message to the channel (claimed {size} bytes)")
+    return _read_exact(fd, size, deadline)
+
+
+def receive_untrusted(conn: Connection, timeout: float = 60.0):
+    """Parent side: rebuild only allow-listed globals; reject everything else."""
+    try:
+        data = _recv_bytes(conn, time.monotonic() + timeout)
+    except TimeoutError as exc:
+        raise UnsafeReply(str(exc)) from None
+    try:
+        return _SafeUnpickler(io.BytesIO(data)).load()
+    except UnsafeReply:
+        raise
+    except Exception as exc:  # truncated or garbage bytes
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UnsafeReply(f"unreadable worker reply ({type(exc).__name__}: {first})") from exc
+
+
+@dataclass(frozen=True)
+class Sample:
+    device_ms: float     # start to end event on the caller's stream
+    settle_ms: float     # start event to an event after a device-wide synchronize
+    host_ms: float       # host time inside the call
+    held: bool           # the whole call was enqueued before the device reached the start event
+    gate_ms: float       # gate the call ran behind (0: none)
+    misses: int          # earlier tries of this call discarded because the gate was too short
+    floor_ms: float      # settle minus device time of an empty call: the host's reaction time
+    sm_mhz: float = 0.0  # SM clock while the gate spun just before the call (0: no gate)
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """An output that is a view of an input: (input key, dtype, offset, shape, stride)."""
+
+    key: str
+    dtype: str
+    offset: int
+    shape: tuple
+    stride: tuple

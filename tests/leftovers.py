@@ -15,7 +15,7 @@ MARK = "KBENCH_TEST_SESSION"
 
 def _spares():
     """Started workers kept waiting on purpose (spare_workers.keep_warm): not leftovers."""
-    module = sys.modules.get("kbench.spare_workers")
+    module = sys.modules.get("kbench.run.workers")
     spares = list(module._spares) if module is not None else []
     return {s.tmp for s in spares}, {s.process.pid for s in spares}
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kbench.errors import ContractError
-from kbench.loader import load_module
+from kbench.tasks.interface import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reference" / "block_sparse_attn"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.loader import load_module
+from kbench.tasks.interface import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reference" / "block_sparse_attn"

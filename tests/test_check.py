@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from kbench.check import combine, compare
+from kbench.tasks.check import combine, compare
 
 
 def test_within_tolerance_passes_and_reports_worst_error():
@@ -94,7 +94,7 @@ def _cases():
 def test_checking_only_the_differing_elements_changes_nothing(monkeypatch):
     """The gathered path (few elements differ) and the whole-tensor path give the same verdict,
     errors, count and positions."""
-    import kbench.check as check
+    import kbench.tasks.check as check
 
     for out, ref, rtol, atol in _cases():
         fast = compare("y", out, ref, rtol=rtol, atol=atol)

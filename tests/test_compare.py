@@ -6,11 +6,10 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from kbench.cli import cli
-from kbench.timing import pool
-from kbench.compare import (compare_cases, compare_interleaved, compare_runs, ratio_interval,
-                            regressed, verdict)
+from kbench.cli.commands import cli
 from kbench.errors import KbenchError
+from kbench.stats.compare import compare_cases, compare_interleaved, compare_runs, ratio_interval, regressed, verdict
+from kbench.stats.estimates import pool
 from tests.helpers import FIXTURES, ROOT
 
 
@@ -333,7 +332,7 @@ def test_run_options_with_two_saved_results_are_said_to_be_ignored(tmp_path):
 
 
 def test_a_pool_of_processes_narrows_the_geomean_only_once_the_cases_go_round_it():
-    from kbench.compare import _processes
+    from kbench.stats.compare import _processes
     run = {"timing": {"processes": 2, "pool": 4}, "cases": [{}] * 20}
     assert _processes(run) == 4
     assert _processes({**run, "cases": [{}]}) == 2          # one case: two processes timed it
@@ -356,8 +355,8 @@ def _pooled_run(scale: float, offsets: list[float], cases: int = 20) -> dict:
 
 
 def test_a_geomean_holds_the_offsets_its_own_processes_show():
-    from kbench.compare import process_offset
-    from kbench.timing import PROCESS_REL
+    from kbench.stats.compare import process_offset
+    from kbench.stats.estimates import PROCESS_REL
 
     # processes within 0.2% of each other: the floor (what the H100 showed) stands
     quiet = _pooled_run(1.0, [0.001, -0.001, 0.002, -0.002])
@@ -376,7 +375,9 @@ def test_a_geomean_holds_the_offsets_its_own_processes_show():
 
 
 def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
-    from kbench.process_offsets import cells, fit, offset_variance
+    from kbench.stats.estimates import fit_offsets as fit
+    from kbench.stats.estimates import offset_cells as cells
+    from kbench.stats.estimates import offset_variance
 
     # a pool of 8 without lasting offsets, each process 5% either way case by case (SD): five
     # cases a process leave (5%)^2 / 5 in a raw reading of its offsets; the scatter is taken
@@ -397,7 +398,7 @@ def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
 
 
 def test_processes_of_different_cards_are_different_processes():
-    from kbench.process_offsets import cells
+    from kbench.stats.estimates import offset_cells as cells
 
     # --gpus numbers each child's pool from 0: process 0 on cuda:0 is not process 0 on cuda:1
     records = [{"gpu": gpu, "process_ids": [0, 1], "latency_by_process_ms": [0.005, 0.0051]}
@@ -438,7 +439,7 @@ def test_runs_in_different_environments_are_warned_about(tmp_path):
 def test_a_run_compared_with_a_saved_result_takes_its_cuda_connections(tmp_path, monkeypatch, given, expected):
     # Like with like, as with the suite and the seed: the fresh run uses the saved run's
     # connections unless the command gives its own.
-    import kbench.cli as cli_module
+    from kbench import api
 
     saved = json.loads(_saved(tmp_path, "a", [0.010]).read_text())
     saved["timing"]["cuda_connections"] = 1
@@ -446,12 +447,12 @@ def test_a_run_compared_with_a_saved_result_takes_its_cuda_connections(tmp_path,
     path.write_text(json.dumps(saved))
     seen = []
 
-    def fake_run(task_name, folder, opts):
-        seen.append(opts.cuda_connections)
+    def fake_evaluate(submission, *, task=None, notices=None, **settings):
+        seen.append(settings["cuda_connections"])
         raise KbenchError("stop here")
 
-    monkeypatch.setattr(cli_module, "resolve_device", lambda requested, progress: "cuda")
-    monkeypatch.setattr(cli_module, "run", fake_run)
+    monkeypatch.setattr(api, "resolve_device", lambda requested="auto", notices=None: "cuda")
+    monkeypatch.setattr(api, "evaluate", fake_evaluate)
     result = CliRunner().invoke(cli, ["compare", str(path), str(ROOT / "submissions" / "qknorm"), *given])
     assert result.exit_code == 2 and "stop here" in result.output
     assert seen == [expected]

@@ -1,43 +1,44 @@
 """Parent-side detectors: each flag fires on the evidence it names and not on what an honest
 kernel produces (the honest corpus on the GPU, tests/test_honest_gpu.py, checks the rest)."""
-from kbench import detectors
 from kbench.protocol import Report
-from kbench.timing import summarize
+from kbench.run import records as records_mod
+from kbench.stats.estimates import summarize
 
 
 def test_work_left_on_another_stream_is_flagged_and_an_honest_settle_gap_is_not():
     device = summarize([0.008] * 20)
     honest = summarize([0.008 + 0.058] * 20)   # seen on the H100: the host's reaction to the sync
     hidden = summarize([2.0] * 20)             # a side stream still busy for 2 ms
-    assert detectors.hidden_work(device, honest, floor_ms=0.052) is None
-    assert "work hidden on another stream" in detectors.hidden_work(device, hidden, floor_ms=0.052)
-    assert "work hidden" in detectors.hidden_work(device, summarize([0.008 + 0.052 + 0.2] * 20), 0.052)
+    assert records_mod.hidden_work(device, honest, floor_ms=0.052) is None
+    assert "work hidden on another stream" in records_mod.hidden_work(device, hidden, floor_ms=0.052)
+    assert "work hidden" in records_mod.hidden_work(device, summarize([0.008 + 0.052 + 0.2] * 20), 0.052)
     honest_worst = summarize([0.05216 + 0.0654] * 20)  # torch.compile on the H100, empty-call floor unknown
-    assert detectors.hidden_work(summarize([0.05216] * 20), honest_worst, 0.0) is None
+    assert records_mod.hidden_work(summarize([0.05216] * 20), honest_worst, 0.0) is None
 
 
 def test_below_the_physical_floor_is_flagged_only_below_it():
-    assert detectors.below_floor(0.95, 1.0) is None
-    assert "faster than physically possible" in detectors.below_floor(0.5, 1.0)
-    assert detectors.below_floor(0.5, None) is None
+    assert records_mod.below_floor(0.95, 1.0) is None
+    assert "faster than physically possible" in records_mod.below_floor(0.5, 1.0)
+    assert records_mod.below_floor(0.5, None) is None
 
 
 def test_calls_that_were_not_held_give_a_note_not_a_flag():
-    assert detectors.host_in_window(10, 10) is None
-    assert "3 of 10 timed calls" in detectors.host_in_window(7, 10)
+    assert records_mod.host_in_window(10, 10) is None
+    assert "3 of 10 timed calls" in records_mod.host_in_window(7, 10)
 
 
 def test_a_case_on_a_throttled_card_gets_a_note_and_an_unthrottled_or_unknown_one_none():
-    assert detectors.throttled("the submission", 1980.0, 1980.0) is None
-    assert detectors.throttled("the submission", 1800.0, 1980.0) is None   # 91%: within the margin
-    note = detectors.throttled("the submission", 1350.0, 1980.0)          # an H200 at its power cap
+    assert records_mod.throttled("the submission", 1980.0, 1980.0) is None
+    assert records_mod.throttled("the submission", 1800.0, 1980.0) is None   # 91%: within the margin
+    note = records_mod.throttled("the submission", 1350.0, 1980.0)          # an H200 at its power cap
     assert "1350 MHz" in note and "68%" in note and "throttled" in note
-    assert detectors.throttled("the submission", None, 1980.0) is None    # CPU mode, or no gate
-    assert detectors.throttled("the submission", 1350.0, None) is None    # no nvidia-smi reading
+    assert records_mod.throttled("the submission", None, 1980.0) is None    # CPU mode, or no gate
+    assert records_mod.throttled("the submission", 1350.0, None) is None    # no nvidia-smi reading
 
 
 def test_run_record_notes_the_throttled_target_of_a_case_from_the_cards_maximum_clock():
-    from kbench.records import max_sm_clock, note_throttling
+    from kbench.run.records import note_throttling
+    from kbench.stats.estimates import max_sm_clock
 
     assert max_sm_clock({"clocks_max_sm": "1980 MHz"}) == 1980.0
     assert max_sm_clock({"clocks_max_sm": "[N/A]"}) is None and max_sm_clock({}) is None
@@ -52,28 +53,28 @@ def test_run_record_notes_the_throttled_target_of_a_case_from_the_cards_maximum_
 
 
 def test_tripwire_reports_become_flags():
-    flags = detectors.tripwire_flags(Report(["read /etc/passwd, outside its folder"], ["time.perf_counter"]))
+    flags = records_mod.tripwire_flags(Report(["read /etc/passwd, outside its folder"], ["time.perf_counter"]))
     assert flags[0] == "submission read /etc/passwd, outside its folder"
     assert "replaced time.perf_counter" in flags[1]
-    assert detectors.tripwire_flags(Report()) == []
+    assert records_mod.tripwire_flags(Report()) == []
 
 
 def test_a_call_that_returns_later_on_the_host_than_it_runs_on_the_device_is_noted_host_bound():
     def case(name, host_us, device_us):
         return {"case": name, "host_ms": host_us and host_us / 1e3, "latency_ms": device_us and device_us / 1e3}
 
-    assert detectors.host_bound([case("a", 40, 50), case("b", 10, 200)]) is None
-    assert detectors.host_bound([case("failed", None, None)]) is None
-    note = detectors.host_bound([case("a", 60, 50), case("b", 10, 200), case("c", 58, 4.2)])
+    assert records_mod.host_bound([case("a", 40, 50), case("b", 10, 200)]) is None
+    assert records_mod.host_bound([case("failed", None, None)]) is None
+    note = records_mod.host_bound([case("a", 60, 50), case("b", 10, 200), case("c", 58, 4.2)])
     assert note.startswith("host-bound on 2 of 3 timed cases")
     assert "worst: c, 58.0 us on the host, 4.2 us on the device" in note
 
 
 def test_a_run_record_notes_a_host_bound_run_on_the_gpu_but_not_in_cuda_graph_or_cpu_mode():
-    from kbench.records import case_record, run_record
-    from kbench.runner import Options
-    from kbench.tasks import get_task
-    from kbench.timing import summarize
+    from kbench.run.records import case_record, run_record
+    from kbench.run.runner import Options
+    from kbench.stats.estimates import summarize
+    from kbench.tasks.task import get_task
 
     task = get_task("qknorm")
     suite = task.suite("quick")

@@ -1,13 +1,13 @@
-"""The cases' first inputs drawn ahead on a background thread (kbench/host_inputs.py)."""
+"""The cases' first inputs drawn ahead on a background thread (kbench/run/inputs.py)."""
 import threading
 
 import pytest
 import torch
 
-from kbench.host_inputs import AHEAD, HostInputs
-from kbench.runner import Options, evaluate
-from kbench.tasks import get_task
-from tests.helpers import ROOT
+from kbench.run.inputs import AHEAD, HostInputs
+from kbench.run.runner import Options
+from kbench.tasks.task import get_task
+from tests.helpers import ROOT, run_suite
 
 
 def test_draws_ahead_in_order_on_another_thread_and_gives_the_draws_values():
@@ -54,7 +54,7 @@ def test_a_run_takes_each_cases_first_inputs_from_generate_host(monkeypatch):
     real = module.generate_host
     monkeypatch.setattr(module, "generate_host", lambda case: calls.append(case["seed"]) or real(case))
     cases = task.suite("smoke").cases[:2]
-    result = evaluate(task, ROOT / "submissions" / "block_sparse_attn", Options(
+    result = run_suite(task, ROOT / "submissions" / "block_sparse_attn", Options(
         suite="smoke", device="cpu", baseline="none", only=tuple(c.name for c in cases)))
     assert [c["status"] for c in result["cases"]] == ["passed", "passed"], result["cases"]
     assert calls == [c.seed for c in cases]

@@ -5,20 +5,20 @@ import os
 
 import pytest
 
-from kbench import spare_workers
-from kbench.cli import exit_code
-from kbench.runner import Options, evaluate
-from kbench.tasks import get_task
-from kbench.timing import StopRule
-from tests.helpers import FIXTURES, ROOT
+from kbench.cli.commands import exit_code
+from kbench.run import workers
+from kbench.run.runner import Options
+from kbench.stats.estimates import StopRule
+from kbench.tasks.task import get_task
+from tests.helpers import FIXTURES, ROOT, run_suite
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True)
 def _next_worker_warm():
-    """Each test starts the next test's worker (spare_workers): it imports torch meanwhile."""
-    spare_workers.keep_warm(2)
+    """Each test starts the next test's worker (kbench/run/workers.py): it imports torch meanwhile."""
+    workers.keep_warm(2)
 
 
 HOSTILE = FIXTURES / "hostile" / "qknorm"
@@ -31,7 +31,7 @@ def gpu_run(path, task="qknorm", suite="smoke", only=CASES[:1], **kw) -> dict:
                     calibrate=False, warmup_ms=5.0, pool=2,   # not qknorm's 8: the verdicts do not depend on it
                     stop=StopRule(noise=0.5, min_samples=10, max_samples=20, budget_s=0.5))
     defaults.update(kw)
-    result = evaluate(get_task(task), path, Options(**defaults))
+    result = run_suite(get_task(task), path, Options(**defaults))
     if LOG:
         with open(LOG, "a") as f:
             f.write(json.dumps({"submission": str(path), "cases": [

@@ -3,8 +3,8 @@ before every timed call, never inside the timed window."""
 import pytest
 import torch
 
-from kbench.call_timer import CallTimer
-from kbench.timing import flush_bytes
+from kbench.run.card import flush_bytes
+from kbench.worker.timer import CallTimer
 
 pytestmark = pytest.mark.gpu
 

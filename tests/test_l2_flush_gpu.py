@@ -2,7 +2,7 @@
 
 Lines marked evict_last stay in the L2 through any amount of normal stores, so a submission
 could keep a buffer of its own (a table, a workspace) cached from one timed call to the next.
-The timer's flush releases them first (kbench/l2_evict.py); this checks, on the card, that the
+The timer's flush releases them first (kbench/worker/between_calls.py); this checks, on the card, that the
 mark pays off without that release (so the check below can fail) and not with it.
 """
 import ctypes
@@ -12,8 +12,8 @@ import statistics
 import pytest
 import torch
 
-from kbench.call_timer import CallTimer
-from kbench.timing import flush_bytes
+from kbench.run.card import flush_bytes
+from kbench.worker.timer import CallTimer
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kbench.launch import DEFAULT_PROCESSES, _gpu_children, _workers_needed
+from kbench.cli.main import _gpu_children, _workers_needed
+from kbench.stats.estimates import DEFAULT_PROCESSES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +44,8 @@ def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers():
 
 
 def test_the_launcher_imports_no_torch_before_it_starts_the_workers():
-    out = subprocess.run([sys.executable, "-c", "import sys, kbench.launch, kbench.spare_workers, kbench.worker_entry,"
-                          " kbench.gpu_slots;"
+    out = subprocess.run([sys.executable, "-c", "import sys, kbench.cli.main, kbench.run.workers, kbench.worker.environment,"
+                          " kbench.scaleout.gpus;"
                           "print('torch' in sys.modules)"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -53,9 +54,9 @@ def test_unused_spare_workers_are_gone_at_exit(tmp_path):
     """Spares that no run took are killed and their folders removed when kbench exits."""
     script = textwrap.dedent("""
         import os, sys
-        from kbench import spare_workers
-        spare_workers.prestart(2)
-        print(" ".join(f"{s.process.pid}:{s.tmp}" for s in spare_workers._spares), flush=True)
+        from kbench.run import workers
+        workers.prestart(2)
+        print(" ".join(f"{s.process.pid}:{s.tmp}" for s in workers._spares), flush=True)
     """)
     env = dict(os.environ, TMPDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
@@ -70,7 +71,7 @@ def test_unused_spare_workers_are_gone_at_exit(tmp_path):
 
 
 def test_keep_warm_tops_up_the_spares(monkeypatch):
-    from kbench import spare_workers
+    from kbench.run import workers
 
     class Proc:
         def __init__(self, alive):
@@ -80,13 +81,13 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
             return self.alive
 
     started = []
-    monkeypatch.setattr(spare_workers, "prestart", lambda count, quiet=False: started.append(count))
-    monkeypatch.setattr(spare_workers, "_spares", [])
-    spare_workers.keep_warm(2)
-    monkeypatch.setattr(spare_workers, "_spares", [spare_workers.BareWorker(Proc(True), None, "x"),
-                                                   spare_workers.BareWorker(Proc(False), None, "y")])
-    spare_workers.keep_warm(2)   # one alive: one more
-    spare_workers.keep_warm(1)   # enough
+    monkeypatch.setattr(workers, "prestart", lambda count, quiet=False: started.append(count))
+    monkeypatch.setattr(workers, "_spares", [])
+    workers.keep_warm(2)
+    monkeypatch.setattr(workers, "_spares", [workers.BareWorker(Proc(True), None, "x"),
+                                                   workers.BareWorker(Proc(False), None, "y")])
+    workers.keep_warm(2)   # one alive: one more
+    workers.keep_warm(1)   # enough
     assert started == [2, 1, 0]
 
 
@@ -96,22 +97,22 @@ def test_eval_of_several_submissions_starts_each_next_runs_workers_during_the_on
     # starts as many as it took, quietly, and the next run takes those.
     from click.testing import CliRunner
 
-    from kbench import spare_workers
-    from kbench.cli import cli
+    from kbench.cli.commands import cli
+    from kbench.run import workers
 
-    spare_workers._discard_spares()
+    workers._discard_spares()
     warmed, got_spare = [], []
-    keep_warm, take = spare_workers.keep_warm, spare_workers.take
-    monkeypatch.setattr(spare_workers, "keep_warm", lambda n, quiet=False: (warmed.append((n, quiet)), keep_warm(n, quiet)))
-    monkeypatch.setattr(spare_workers, "take", lambda: (
-        got_spare.append(any(s.process.is_alive() for s in spare_workers._spares)), take())[1])
+    keep_warm, take = workers.keep_warm, workers.take
+    monkeypatch.setattr(workers, "keep_warm", lambda n, quiet=False: (warmed.append((n, quiet)), keep_warm(n, quiet)))
+    monkeypatch.setattr(workers, "take", lambda: (
+        got_spare.append(any(s.process.is_alive() for s in workers._spares)), take())[1])
     good = str(ROOT / "tests" / "fixtures" / "qknorm" / "good_torch")
     result = CliRunner().invoke(cli, ["eval", good, str(ROOT / "submissions" / "qknorm"), good, "--device", "cpu",
                                       "--case", "b3_q5_kv2_d64_f16"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert warmed == [(2, True), (2, True)]   # a submission and its baseline, after runs 1 and 2, not 3
     assert got_spare == [False, False, True, True, True, True]
-    assert not spare_workers._spares   # none started for a run that does not come
+    assert not workers._spares   # none started for a run that does not come
 
 
 def test_a_gpu_run_starts_every_process_of_every_target_first():
@@ -145,16 +146,16 @@ def test_profile_dir_gets_the_commands_profile_and_each_workers(tmp_path):
 
 
 def test_a_quiet_spare_imports_at_the_lowest_priority_and_its_main_thread_keeps_its_own():
-    """kbench/worker_entry.py: the imports run in a thread at nice 19 (seen from inside it); the
+    """kbench/run/workers.py: the imports run in a thread at nice 19 (seen from inside it); the
     main thread, which later times the submission, is left as it was."""
     code = (
         "import os, sys, threading\n"
         "seen = []\n"
         "real = os.setpriority\n"
         "os.setpriority = lambda *a: (real(*a), seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))\n"
-        "from kbench import worker_entry\n"
-        "worker_entry._import_quietly()\n"
-        "print(seen[0], 'kbench.worker' in sys.modules and 'torch' in sys.modules, os.getpriority(os.PRIO_PROCESS, 0))\n")
+        "from kbench.run import workers\n"
+        "workers._import_quietly()\n"
+        "print(seen[0], 'kbench.worker.loop' in sys.modules and 'torch' in sys.modules, os.getpriority(os.PRIO_PROCESS, 0))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["19", "True", str(os.getpriority(os.PRIO_PROCESS, 0))]

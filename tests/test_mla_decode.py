@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbench.loader import load_module
+from kbench.tasks.interface import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reference" / "mla_decode"
@@ -508,11 +508,12 @@ def test_gpu_decode_suite_passes_under_kbench_timing():
     """The calls kbench times, not only a direct check: the cache is full after each call at
     b1_ctx8191 (prefill 8191 of 8192 rows), so a timer that called the submission again on a
     previous call's arguments without preparing them would write past its end."""
-    from kbench.runner import Options, evaluate
-    from kbench.tasks import get_task
-    from kbench.timing import StopRule
+    from kbench.run.runner import Options
+    from kbench.stats.estimates import StopRule
+    from kbench.tasks.task import get_task
+    from tests.helpers import run_suite
 
-    result = evaluate(get_task("mla_decode"), ROOT / "submissions" / "mla_decode", Options(
+    result = run_suite(get_task("mla_decode"), ROOT / "submissions" / "mla_decode", Options(
         suite="decode", device="cuda", baseline="none", warmup_ms=5.0, pool=2,
         stop=StopRule(min_samples=5, max_samples=10, budget_s=0.5)))
     assert result["summary"]["fatal"] is None, result["summary"]["fatal"]

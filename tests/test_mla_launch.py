@@ -3,7 +3,7 @@ function and its compiled kernel: what goes through the JIT, what through the la
 The launches themselves are checked on the GPU (test_mla_decode.py, direct launches)."""
 import torch
 
-from kbench.loader import load_module
+from kbench.tasks.interface import load_module
 from tests.helpers import ROOT
 
 launch = load_module(ROOT / "submissions" / "mla_decode" / "mla_launch.py", "mla_launch_under_test")

@@ -8,7 +8,7 @@ import shutil
 
 from click.testing import CliRunner
 
-from kbench.cli import cli
+from kbench.cli.commands import cli
 from tests.helpers import ROOT
 
 EXAMPLE = ROOT / "docs" / "example-task"

@@ -1,14 +1,14 @@
 """On a CUDA device (skipped without one): the other context lands on the workers' GPU, and a run
 makes one before its first timed calls and again after a worker was restarted, following every
-worker then loaded (kbench/other_context.py)."""
+worker then loaded (kbench/run/workers.py)."""
 import pytest
 import torch
 
-from kbench import other_context
-from kbench.runner import Options, evaluate
-from kbench.tasks import get_task
-from kbench.timing import StopRule
-from tests.helpers import FIXTURES
+from kbench.run import workers
+from kbench.run.runner import Options
+from kbench.stats.estimates import StopRule
+from kbench.tasks.task import get_task
+from tests.helpers import FIXTURES, run_suite
 
 pytestmark = pytest.mark.gpu
 
@@ -21,9 +21,9 @@ def _uuid(index: int) -> str:
 
 def test_the_other_context_is_made_on_the_gpu_the_process_numbers_so(monkeypatch):
     for index in range(torch.cuda.device_count()):
-        assert other_context.make_and_exit(index)["uuid"] == _uuid(index)
+        assert workers.make_and_exit(index)["uuid"] == _uuid(index)
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", str(index))   # as a GPU child of `kbench eval --gpus`
-        assert other_context.make_and_exit(0)["uuid"] == _uuid(index)
+        assert workers.make_and_exit(0)["uuid"] == _uuid(index)
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
 
 
@@ -40,7 +40,7 @@ def test_a_run_makes_one_after_its_workers_and_again_after_a_restart(tmp_path):
         "    return _qknorm(q, k, norm_weight)\n")
     options = Options(suite="smoke", device="cuda", only=SMOKE, baseline="torch", pool=1, processes=1, timeout=60.0,
                       calibrate=False, warmup_ms=5.0, stop=StopRule(noise=0.5, min_samples=10, max_samples=20, budget_s=0.5))
-    run = evaluate(get_task("qknorm"), sub, options)
+    run = run_suite(get_task("qknorm"), sub, options)
     assert [c["status"] for c in run["cases"]] == ["passed", "passed", "crash", "passed"], run["cases"]
     made = run["wall"]["other_contexts"]
     # the submission's and the baseline's worker before the first case; the restarted one before the last

@@ -1,15 +1,14 @@
 """Every target timed in several worker processes: the figure is the mean of their medians and
-its interval includes how far apart they are (kbench/timing.py ``pool``, docs/measurement.md)."""
+its interval includes how far apart they are (kbench/stats/estimates.py ``pool``, docs/measurement.md)."""
 import pytest
-
 from helpers import FIXTURES, cpu_options
+
 from kbench import protocol
-from kbench.compare import compare_cases
-from kbench.runner import Runner
-from kbench.targets import Target
-from kbench.tasks import get_task
-from kbench.timing import PROCESS_REL, StopRule, pool
-from kbench.worker_process import WorkerProcess
+from kbench.run.runner import Runner
+from kbench.run.targets import Target, WorkerProcess
+from kbench.stats.compare import compare_cases
+from kbench.stats.estimates import PROCESS_REL, StopRule, pool
+from kbench.tasks.task import get_task
 
 
 def _process(median_us: float, n: int = 50, spread: float = 0.002) -> list[float]:
@@ -137,7 +136,7 @@ def _timed(ms: float, by_process: list[float], noise: float = 0.004) -> dict:
 
 
 def test_a_case_whose_two_processes_happen_to_agree_gets_the_spread_the_others_show():
-    from kbench.records import widen_by_process_spread
+    from kbench.run.records import widen_by_process_spread
 
     # nine cases whose two processes sit 4% apart, one whose two agree: its own tight interval
     # is one draw of a spread the run shows nine times over
@@ -153,7 +152,7 @@ def test_a_case_whose_two_processes_happen_to_agree_gets_the_spread_the_others_s
 
 
 def test_processes_that_agree_leave_the_intervals_as_they_were():
-    from kbench.records import widen_by_process_spread
+    from kbench.run.records import widen_by_process_spread
 
     records = [_timed(0.06, [0.05998, 0.06002]) for _ in range(6)]
     before = [dict(r) for r in records]
@@ -162,7 +161,7 @@ def test_processes_that_agree_leave_the_intervals_as_they_were():
 
 
 def test_one_case_whose_processes_split_wide_does_not_widen_the_others():
-    from kbench.records import widen_by_process_spread
+    from kbench.run.records import widen_by_process_spread
 
     records = [_timed(0.005, [0.004998, 0.005002]) for _ in range(9)] + [_timed(0.005, [0.0046, 0.0054], 0.06)]
     widen_by_process_spread(records)
@@ -171,8 +170,8 @@ def test_one_case_whose_processes_split_wide_does_not_widen_the_others():
 
 
 def test_cases_link_every_process_of_a_pool_of_eight():
-    from kbench.process_offsets import fit
-    from kbench.targets import Replicas
+    from kbench.run.targets import Replicas
+    from kbench.stats.estimates import fit_offsets as fit
 
     member = type("Member", (), {"label": "submission", "strict": True})
     pool = Replicas([member() for _ in range(8)], per_case=2)
@@ -218,11 +217,11 @@ def test_the_worker_hashes_triton_at_load_on_a_gpu_only(monkeypatch):
     import triton  # noqa: F401  (the submission would have imported it)
     from triton.runtime import cache
 
-    from kbench import worker
+    from kbench.worker import loop
 
     calls = []
     monkeypatch.setattr(cache, "triton_key", lambda: calls.append(1))
-    worker._warm_triton("cpu")
+    loop._warm_triton("cpu")
     assert calls == []
-    worker._warm_triton("cuda")
+    loop._warm_triton("cuda")
     assert calls == [1]

@@ -5,12 +5,14 @@ worker survives a Python exception."""
 import pytest
 import torch
 
-from kbench import call_timer, protocol
-from kbench.call_timer import CallTimer, OutputRef, Sample
-from kbench.runner import Options, Runner
-from kbench.tasks import get_task
-from kbench.timing import StopRule
-from kbench.worker_process import WorkerProcess
+from kbench import protocol
+from kbench.protocol import OutputRef, Sample
+from kbench.run.runner import Options, Runner
+from kbench.run.targets import WorkerProcess
+from kbench.stats.estimates import StopRule
+from kbench.tasks.task import get_task
+from kbench.worker import timer as timer_mod
+from kbench.worker.timer import CallTimer
 from tests.helpers import FIXTURES
 
 SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0,
@@ -117,7 +119,7 @@ def test_a_call_that_waits_for_the_device_drops_the_gate_and_says_so():
     timer = _FakeGate(needs_ms=float("inf"))
     _, sample = timer.timed(lambda a: (a["x"] + 1,), lambda x: x, {"x": torch.zeros(1)})
     assert timer.gate_off and not sample.held
-    assert max(timer.tries) == call_timer.MAX_GATE_MS
+    assert max(timer.tries) == timer_mod.MAX_GATE_MS
 
 
 def test_a_worker_survives_a_python_exception_and_is_not_restarted(monkeypatch):
@@ -256,7 +258,7 @@ def test_a_new_case_gives_the_gate_another_chance():
 
 
 def test_a_workers_warm_up_starts_a_case():
-    from kbench.worker import Caller
+    from kbench.worker.loop import Caller
 
     caller = Caller(None, "cpu", 0)
     caller.timer.primer, caller.timer.gate_off = ("stale",), True
@@ -266,14 +268,14 @@ def test_a_workers_warm_up_starts_a_case():
 
 
 def test_a_long_call_is_not_primed():
-    seen = _calls_seen(_FakeEvents(device_ms=call_timer.PRIMER_BELOW_MS), [1, 2, 3])
+    seen = _calls_seen(_FakeEvents(device_ms=timer_mod.PRIMER_BELOW_MS), [1, 2, 3])
     assert seen == [1.0, 2.0, 3.0]
 
 
 def test_a_first_call_that_compiles_does_not_use_up_the_warm_up():
     import time
 
-    from kbench.worker import Caller
+    from kbench.worker.loop import Caller
 
     caller = Caller(None, "cpu", 0)
     calls = []

@@ -4,7 +4,7 @@ import ast
 import pytest
 import torch
 
-from kbench.tasks import get_task
+from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
 
 task = get_task("qknorm")

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from kbench.runner import Options, evaluate
-from kbench.tasks import get_task
-from kbench.timing import StopRule
-from tests.helpers import ROOT
+from kbench.run.runner import Options
+from kbench.stats.estimates import StopRule
+from kbench.tasks.task import get_task
+from tests.helpers import ROOT, run_suite
 
 pytestmark = pytest.mark.gpu
 task = get_task("qknorm")
@@ -34,7 +34,7 @@ def test_fp32_ground_truth_matches_flashinfer(suite):
 @pytest.mark.parametrize("suite", ["quick", "full"])
 def test_bundled_solution_passes_unflagged(suite):
     options = Options(suite=suite, device="cuda", stop=StopRule(budget_s=0.2))
-    run = evaluate(task, ROOT / "submissions" / "qknorm", options)
+    run = run_suite(task, ROOT / "submissions" / "qknorm", options)
     bad = [(c["case"], c["status"], c["reason"], c["flags"]) for c in run["cases"]
            if c["status"] != "passed" or c["flags"]]
     assert bad == []
@@ -49,7 +49,7 @@ def test_bundled_solution_passes_unflagged(suite):
 def test_cuda_graph_mode_is_labelled_and_times_the_replay():
     options = Options(suite="quick", device="cuda", only=("kv8_q32_d128_b1",), cuda_graph=True,
                       stop=StopRule(budget_s=0.3))
-    run = evaluate(task, ROOT / "submissions" / "qknorm", options)
+    run = run_suite(task, ROOT / "submissions" / "qknorm", options)
     case = run["cases"][0]
     assert run["timing"]["mode"] == "cuda-graph-replay"
     assert case["status"] == "passed" and case["latency_ms"] < 0.05

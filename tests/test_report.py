@@ -1,6 +1,6 @@
 """What eval reports: the worst error over every checked call, tables that fit 100 columns."""
-from kbench.report import markdown_report, summary_line, text_report
-from kbench.timing import StopRule
+from kbench.cli.report import markdown_report, summary_line, text_report
+from kbench.stats.estimates import StopRule
 from tests.helpers import FIXTURES, run_cpu
 
 CASE = "b3_q5_kv2_d64_f16"

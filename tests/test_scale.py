@@ -7,18 +7,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kbench.cli import cli, exit_code, ranking
-from kbench.compare import different_cards
-from kbench.fanout import Tally, Unit, plan
-from kbench import gpu_slots
-from kbench.gpu_pool import run_on_slots
-from kbench.gpu_slots import parse_gpus
-from kbench.tasks import get_task
+from kbench.cli.commands import cli, exit_code, ranking
+from kbench.scaleout import gpus
+from kbench.scaleout.gpus import parse_gpus, run_on_slots
+from kbench.scaleout.plan import Tally, Unit, plan
+from kbench.stats.compare import different_cards
+from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES, ROOT, cpu_options, run_cpu, statuses
 
 GOOD = ROOT / "submissions" / "qknorm"
@@ -43,15 +41,15 @@ def test_runs_spread_over_devices_record_the_tasks_pool():
 
 
 def test_gpu_count_follows_cuda_visible_devices_without_torch(monkeypatch):
-    monkeypatch.setattr(gpu_slots.os, "listdir", lambda path: ["0000:01:00.0", "0000:02:00.0"])
+    monkeypatch.setattr(gpus.os, "listdir", lambda path: ["0000:01:00.0", "0000:02:00.0"])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert gpu_slots.gpu_count() == 2
+    assert gpus.gpu_count() == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert gpu_slots.gpu_count() == 1
+    assert gpus.gpu_count() == 1
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,-1,1")   # CUDA stops at the first invalid entry
-    assert gpu_slots.gpu_count() == 1
+    assert gpus.gpu_count() == 1
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
-    assert gpu_slots.slots([1]) == [("cuda:1", {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"})]
+    assert gpus.slots([1]) == [("cuda:1", {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"})]
 
 
 def test_a_child_started_early_is_used_only_for_its_own_slot(monkeypatch):
@@ -65,20 +63,20 @@ def test_a_child_started_early_is_used_only_for_its_own_slot(monkeypatch):
         def discard(self):
             dropped.append(self)
 
-    monkeypatch.setattr(gpu_slots, "Child", FakeChild)
-    monkeypatch.setattr(gpu_slots, "_prestarted", {})
-    monkeypatch.setattr(gpu_slots, "gpu_count", lambda: 2)
+    monkeypatch.setattr(gpus, "Child", FakeChild)
+    monkeypatch.setattr(gpus, "_prestarted", {})
+    monkeypatch.setattr(gpus, "gpu_count", lambda: 2)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    gpu_slots.prestart("all", 4)
-    gpu_slots.prestart("nonsense", 4)   # a bad --gpus starts nothing: the run says what is wrong
+    gpus.prestart("all", 4)
+    gpus.prestart("nonsense", 4)   # a bad --gpus starts nothing: the run says what is wrong
     assert made == ["cuda:0", "cuda:1"]
-    early = dict(gpu_slots._prestarted)
-    assert gpu_slots.child_for("cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, "cuda", 4) is early["cuda:0"]
-    fresh = gpu_slots.child_for("cuda:1", {"CUDA_VISIBLE_DEVICES": "1"}, "cuda", 2)   # other worker count
+    early = dict(gpus._prestarted)
+    assert gpus.child_for("cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, "cuda", 4) is early["cuda:0"]
+    fresh = gpus.child_for("cuda:1", {"CUDA_VISIBLE_DEVICES": "1"}, "cuda", 2)   # other worker count
     assert fresh is not early["cuda:1"] and dropped == [early["cuda:1"]]
-    gpu_slots.prestart("1,", 4)
-    gpu_slots.discard_prestarted()
-    assert gpu_slots._prestarted == {} and len(dropped) == 2
+    gpus.prestart("1,", 4)
+    gpus.discard_prestarted()
+    assert gpus._prestarted == {} and len(dropped) == 2
 
 
 def test_parse_gpus():
@@ -171,16 +169,17 @@ def test_device_lost_mid_run_retried_elsewhere():
 
 
 def test_child_starts_the_next_units_workers_once_after_the_first_case(monkeypatch):
-    from kbench import gpu_child, spare_workers
+    from kbench.run import workers as workers_mod
+    from kbench.scaleout import gpus
 
     warmed, sent = [], []
-    monkeypatch.setattr(spare_workers, "keep_warm", lambda count, quiet=False: warmed.append((count, quiet)))
-    on_case = gpu_child.case_sender(sent.append, True, 16)
+    monkeypatch.setattr(workers_mod, "keep_warm", lambda count, quiet=False: warmed.append((count, quiet)))
+    on_case = gpus.case_sender(sent.append, True, 16)
     on_case({"case": "a"})
     assert warmed == [(16, True)]   # quiet: their imports run beside this unit's timed calls
     on_case({"case": "b"})
     assert sent == [{"case": {"case": "a"}}, {"case": {"case": "b"}}] and warmed == [(16, True)]
-    gpu_child.case_sender(sent.append, False, 16)({"case": "c"})
+    gpus.case_sender(sent.append, False, 16)({"case": "c"})
     assert warmed == [(16, True)] and sent[-1] == {"case": {"case": "c"}}
 
 
@@ -189,13 +188,13 @@ def test_units_say_whether_more_follow_for_their_child(monkeypatch):
     unit's workers early), the last does not; both come back whole. On two children neither unit
     has a successor on its child."""
     told = []
-    send = gpu_slots.Child.send
+    send = gpus.Child.send
 
     def recording(self, message):
         told.append((message["submission"], message["more"]))
         return send(self, message)
 
-    monkeypatch.setattr(gpu_slots.Child, "send", recording)
+    monkeypatch.setattr(gpus.Child, "send", recording)
     runs = run_on_slots(get_task("qknorm"), [GOOD, FAILS_ONE], cpu_options(), [("cpu:0", {})])
     assert told == [(str(GOOD), True), (str(FAILS_ONE), False)]
     assert [statuses(r) for r in runs] == [{c: "passed" for c in SMOKE},
@@ -234,7 +233,7 @@ def test_ray_two_submissions_same_statuses_as_plain(ray_cluster, tmp_path):
 def test_ray_worker_killed_mid_run_every_case_reported(ray_cluster):
     """A Ray worker running a unit is killed (its process title is ray::run_shipped while it
     does): the unit is tried once more and every case comes back with a verdict."""
-    from kbench.ray_pool import run_on_ray
+    from kbench.scaleout.ray import run_on_ray
 
     events = []
 
@@ -287,7 +286,7 @@ def _descends_from_us(pid: int) -> bool:
 
 
 def test_a_killed_ray_workers_task_folder_is_removed_by_the_next_task(tmp_path):
-    from kbench.ray_pool import FOLDER_PREFIX, remove_stale_folders
+    from kbench.scaleout.ray import FOLDER_PREFIX, remove_stale_folders
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -304,11 +303,11 @@ def test_cuda_connections_reach_every_worker_before_it_loads(tmp_path, monkeypat
     # --cuda-connections is set in the worker on its assignment, before the submission (and
     # CUDA) load; it travels in a unit's options to a --gpus child or a Ray task. Without it the
     # worker drops what the environment says: one connection hides stream races.
-    from kbench import spare_workers
-    from kbench.unit import _options, options_spec
+    from kbench.run import workers as workers_mod
+    from kbench.scaleout.plan import _options, options_spec
 
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")   # exported for some other program
-    spare_workers._discard_spares()   # so the workers below are spawned with it in their environment
+    workers_mod._discard_spares()   # so the workers below are spawned with it in their environment
     sub = tmp_path / "qknorm"
     sub.mkdir()
     (sub / "submission.py").write_text(

@@ -2,8 +2,8 @@
 float64) rounded to the outputs' dtypes passes the task's check on 1,000 fresh seeds."""
 import pytest
 
-from kbench.health import exact_answer_misses, health_seeds
-from kbench.tasks import get_task
+from kbench.tasks.suites import exact_answer_misses, health_seeds
+from kbench.tasks.task import get_task
 
 # 1,000 seeds where a case is cheap and small (every smoke suite but block_sparse_attn's).
 # Fewer where a seed costs more on a CPU: block_sparse_attn 30-45 ms (smoke) and 0.1-0.4 s
@@ -40,7 +40,7 @@ def test_the_exact_answer_passes_the_check(task_name, suite, case):
 def test_a_noisy_case_is_caught():
     # One row of context (mla_decode's old smoke case b1_h2_ctx1): the bf16 ground truth is
     # noisy enough that the exact answer fails the check on about 1% of seeds.
-    from kbench.suites import Case
+    from kbench.tasks.suites import Case
     case = Case("b1_h2_ctx1", dict(batchsize=1, dim=32, dq=16, prefill=1, n_heads=2, kv_lora_rank=32,
                                     qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, max_seq_len=16))
     misses, first = exact_answer_misses(get_task("mla_decode").module, case, health_seeds(case, 600))

@@ -1,4 +1,4 @@
-"""The task interface (kbench/interface.py): what a task folder defines, checked when the task is
+"""The task interface (kbench/tasks/interface.py): what a task folder defines, checked when the task is
 loaded (a one-line error naming the name), and docs/tasks.md saying the same."""
 import re
 import shutil
@@ -6,10 +6,10 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from kbench.cli import cli
+from kbench.cli.commands import cli
 from kbench.errors import KbenchError
-from kbench.interface import CONTRACT, TASK
-from kbench.tasks import Task, all_tasks
+from kbench.tasks.interface import CONTRACT, TASK
+from kbench.tasks.task import Task, all_tasks
 from tests.helpers import ROOT
 
 EXAMPLE = ROOT / "docs" / "example-task"

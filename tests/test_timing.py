@@ -1,6 +1,6 @@
 import math
 
-from kbench.timing import StopRule, harrell_davis_median, quantile, relative_noise, summarize
+from kbench.stats.estimates import StopRule, harrell_davis_median, quantile, relative_noise, summarize
 
 
 def test_summary_median_quartiles_and_interval():

@@ -11,7 +11,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from kbench.tripwires import AuditLog
+    from kbench.worker.tripwires import AuditLog
     own, lib, cache = Path({own!r}), Path({lib!r}), Path({cache!r})
     sys.pycache_prefix = str(cache)
     sys.dont_write_bytecode = False

@@ -1,5 +1,5 @@
 """The workers run in kbench's environment, not the shell's: variables that change what a timed
-call means are not passed on, and the run says so (kbench/worker_env.py)."""
+call means are not passed on, and the run says so (kbench/worker/environment.py)."""
 import json
 import os
 import subprocess
@@ -8,8 +8,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from kbench import spare_workers, worker_env
-from kbench.cli import cli
+from kbench.cli.commands import cli
+from kbench.run import workers
+from kbench.worker import environment
 from tests.helpers import FIXTURES, ROOT, run_cpu, statuses
 
 EXPORTED = {"CUDA_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
@@ -30,10 +31,10 @@ def _submission_that_sees_none_of_them(tmp_path):
 
 
 def _export(monkeypatch):
-    monkeypatch.setattr(worker_env, "_taken", {})   # what the command line takes is put back after
+    monkeypatch.setattr(environment, "_taken", {})   # what the command line takes is put back after
     for name, value in EXPORTED.items():
         monkeypatch.setenv(name, value)
-    spare_workers._discard_spares()   # workers spawned from here on inherit the exported values
+    workers._discard_spares()   # workers spawned from here on inherit the exported values
 
 
 def test_the_command_line_takes_them_out_and_the_run_names_them(tmp_path, monkeypatch):
@@ -54,7 +55,7 @@ def test_the_command_line_takes_them_out_and_the_run_names_them(tmp_path, monkey
 
 
 def test_the_kbench_command_takes_them_before_its_first_workers_and_still_names_them(tmp_path):
-    # kbench/launch.py takes them before it prestarts workers; the group's own call then finds
+    # kbench/cli/main.py takes them before it prestarts workers; the group's own call then finds
     # none, and the run must still name what the first took.
     sub = _submission_that_sees_none_of_them(tmp_path)
     out = tmp_path / "run.json"
@@ -87,16 +88,16 @@ def test_a_worker_takes_them_out_itself_when_kbench_is_used_as_a_library(tmp_pat
 
 
 def test_a_clean_environment_gives_no_note(tmp_path, monkeypatch):
-    for name in worker_env.NOT_PASSED_ON:
+    for name in environment.NOT_PASSED_ON:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(worker_env, "_taken", {})
+    monkeypatch.setattr(environment, "_taken", {})
     run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=("b3_q5_kv2_d64_f16",))
     assert run["timing"]["environment_not_passed_on"] == {}
     assert not any("not passed on" in n for n in run["notes"])
 
 
 def test_the_run_records_what_the_workers_inherit_and_never_a_credential(tmp_path, monkeypatch):
-    for name in worker_env.NOT_PASSED_ON:   # whatever the test's own shell has
+    for name in environment.NOT_PASSED_ON:   # whatever the test's own shell has
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
@@ -105,7 +106,7 @@ def test_the_run_records_what_the_workers_inherit_and_never_a_credential(tmp_pat
     monkeypatch.setenv("TORCH_HUB_TOKEN", "not-for-the-record")
     monkeypatch.setenv("TRITON_DEBUG", "1")   # removed, and recorded as such instead
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")   # kbench's own per GPU child; none on CPU
-    monkeypatch.setattr(worker_env, "_taken", {})
+    monkeypatch.setattr(environment, "_taken", {})
     run = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=("b3_q5_kv2_d64_f16",))
     recorded = run["timing"]["environment_passed_on"]
     assert recorded["TRITON_ALWAYS_COMPILE"] == "1" and recorded["NVIDIA_TF32_OVERRIDE"] == "0"
@@ -119,8 +120,8 @@ def test_the_option_still_sets_the_connections_the_environment_loses(monkeypatch
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")
     monkeypatch.setenv("TRITON_INTERPRET", "0")   # restored after the test, as the others are
-    worker_env.strip()   # a worker's sequence: at its entry, then on its assignment
-    worker_env.prepare_worker(interpret=True, cuda_connections=3)
+    environment.strip()   # a worker's sequence: at its entry, then on its assignment
+    environment.prepare_worker(interpret=True, cuda_connections=3)
     assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "3" and "PYTORCH_ALLOC_CONF" not in os.environ
     assert os.environ["TRITON_INTERPRET"] == "1"
 

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kbench import submission
 from kbench.errors import ContractError
-from kbench.loader import load_sibling
+from kbench.tasks import interface
+from kbench.tasks.interface import load_sibling
 
 ENTRY_POINTS = ("block_sparse_attn_fwd", "VARIANT_MANIFEST")
 SUBMISSION_FILES = ("submission.py",)
@@ -59,7 +59,7 @@ def load(path: Path) -> Entry:
 
 
 def _load(path: Path, undo: list) -> Entry:
-    path = submission.find(path, SUBMISSION_FILES).resolve()
+    path = interface.find(path, SUBMISSION_FILES).resolve()
     root = path.parent
     trusted = root == _HERE  # kbench's own baselines live next to this file
     local = guard_mod.local_modules(str(root))
@@ -81,8 +81,8 @@ def _load(path: Path, undo: list) -> Entry:
         import_guard.install()
         undo.append(import_guard.remove)
     name = f"contest_submission_{hashlib.sha256(str(root).encode()).hexdigest()[:16]}"
-    module = submission.import_file(path, name)
-    fn = submission.entry_point(module, path, "block_sparse_attn_fwd",
+    module = interface.import_file(path, name)
+    fn = interface.entry_point(module, path, "block_sparse_attn_fwd",
                                 "block_sparse_attn_fwd(q, k, v, row_ptr, col_idx, seq_lens)")
     setup_fn = getattr(module, "setup", None)
     if setup_fn is not None:
@@ -145,7 +145,7 @@ def setup(entry: Entry, cases: list, device: str) -> None:
 
 def call(entry: Entry, args: dict):
     out = entry.fn(args["q"], args["k"], args["v"], args["row_ptr"], args["col_idx"], args["seq_lens"])
-    return submission.returned(out, "block_sparse_attn_fwd", ("o", "lse"))
+    return interface.returned(out, "block_sparse_attn_fwd", ("o", "lse"))
 
 
 def after_run(entry: Entry) -> None:

@@ -13,10 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kbench.loader import load_sibling
-
-
-
+from kbench.tasks.interface import load_sibling
 
 spec_mod = load_sibling(Path(__file__).resolve().parent, "spec")
 BLOCK_SIZE, HEAD_DIM = spec_mod.BLOCK_SIZE, spec_mod.HEAD_DIM

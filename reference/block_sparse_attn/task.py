@@ -12,9 +12,8 @@ from pathlib import Path
 
 import torch
 
-from kbench import native
-from kbench.check import combine, compare
-from kbench.loader import load_sibling
+from kbench.tasks.check import combine, compare, score
+from kbench.tasks.interface import load_sibling
 
 DESCRIPTION = "block-sparse causal attention fwd, bf16, 128-token blocks, CSR (attention-kernel challenge)"
 
@@ -131,7 +130,7 @@ def roofline(case: dict) -> dict:
     return {"bytes": int(bytes_), "flops": int(4 * D * pairs)}
 
 
-def native_score(results: list[dict], suite: str) -> native.NativeScore:
+def native_score(results: list[dict], suite: str) -> check.NativeScore:
     """The original's score: geometric mean over the families of each family's median case
     latency in ms (lower is better), plus the worst family. Any failed case invalidates it."""
     name = "family geomean latency"
@@ -139,12 +138,12 @@ def native_score(results: list[dict], suite: str) -> native.NativeScore:
     if failed or not results:
         first = failed[0] if failed else {}
         why = f"case {first.get('case', '?')} {first.get('status', 'missing')}" if failed else "no cases"
-        return native.score(name, None, unit="ms", lower_is_better=True,
+        return score(name, None, unit="ms", lower_is_better=True,
                             reason=f"any failure invalidates the run ({why})")
     by_family: dict[str, list[float]] = {}
     for r in results:
         by_family.setdefault(r["params"]["family"], []).append(float(r["latency_ms"]))
     medians = {f: statistics.median(v) for f, v in by_family.items()}
     geo = math.exp(sum(math.log(v) for v in medians.values()) / len(medians))
-    return native.score(name, geo, unit="ms", lower_is_better=True,
+    return score(name, geo, unit="ms", lower_is_better=True,
                         worst_family_latency_ms=max(medians.values()), family_median_latency_ms=medians)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from kbench.loader import load_sibling
+from kbench.tasks.interface import load_sibling
 
 _model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 

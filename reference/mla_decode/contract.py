@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbench import submission
-from kbench.loader import load_sibling
+from kbench.tasks import interface
+from kbench.tasks.interface import load_sibling
 
 ENTRY_POINTS = ("custom_kernel",)
 SUBMISSION_FILES = ("submission.py", "solution.py")
@@ -19,9 +19,9 @@ _model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
 def load(path: Path):
     """Import the submission (a file, or a folder holding one) and return its ``custom_kernel``."""
-    path = submission.find(path, SUBMISSION_FILES)
-    module = submission.import_file(path, compat_dir=COMPAT_DIR)
-    return submission.entry_point(module, path, "custom_kernel", "custom_kernel(data)")
+    path = interface.find(path, SUBMISSION_FILES)
+    module = interface.import_file(path, compat_dir=COMPAT_DIR)
+    return interface.entry_point(module, path, "custom_kernel", "custom_kernel(data)")
 
 
 def prepare(inputs: dict):
@@ -38,4 +38,4 @@ def prepare(inputs: dict):
 
 def call(entry, args) -> tuple:
     """Call ``custom_kernel(data)``; it must return ``(y, kv_cache_data)``."""
-    return submission.returned(entry(args), "custom_kernel", ("y", "kv_cache_data"))
+    return interface.returned(entry(args), "custom_kernel", ("y", "kv_cache_data"))

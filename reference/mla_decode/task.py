@@ -10,9 +10,8 @@ from pathlib import Path
 
 import torch
 
-from kbench import native
-from kbench.check import CheckResult, combine, compare
-from kbench.loader import load_sibling
+from kbench.tasks.check import CheckResult, combine, compare, score
+from kbench.tasks.interface import load_sibling
 
 _model = load_sibling(Path(__file__).resolve().parent, "mla_model")
 
@@ -126,7 +125,7 @@ def roofline(case: dict) -> dict:
     return {"bytes": int(nbytes), "flops": int(2 * bs * (proj + attn))}
 
 
-def native_score(results: list[dict], suite: str) -> native.NativeScore:
+def native_score(results: list[dict], suite: str) -> check.NativeScore:
     """The original's ranking: geometric mean of the cases' mean latency, in microseconds (lower wins).
 
     The original timed host wall clock without flushing L2 and ranked on its benchmark
@@ -136,6 +135,6 @@ def native_score(results: list[dict], suite: str) -> native.NativeScore:
     failed = [r for r in results if r.get("status") != "passed" or r.get("latency_ms") is None]
     if not results or failed:
         reason = f"{len(failed)}/{len(results)} cases did not pass" if results else "no cases"
-        return native.score("geomean latency", None, unit="us", lower_is_better=True, reason=reason)
+        return score("geomean latency", None, unit="us", lower_is_better=True, reason=reason)
     logs = [math.log(r["latency_ms"] * 1e3) for r in results]
-    return native.score("geomean latency", math.exp(sum(logs) / len(logs)), unit="us", lower_is_better=True)
+    return score("geomean latency", math.exp(sum(logs) / len(logs)), unit="us", lower_is_better=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from kbench import submission
 from kbench.errors import ContractError
+from kbench.tasks import interface
 
 ENTRY_POINTS = ("qknorm", "Solution")
 SUBMISSION_FILES = ("submission.py", "solution.py")
@@ -43,16 +43,16 @@ def _from_solution(module, folder: Path):
         tmp = Path(tempfile.mkdtemp(prefix="kbench-solution-"))
         program = tmp / "solution_program.py"
         program.write_text(source)
-    return submission.import_file(program, "solution_program")
+    return interface.import_file(program, "solution_program")
 
 
 def load(path: Path):
-    path = submission.find(path, SUBMISSION_FILES)
-    module = submission.import_file(path, "submission")
+    path = interface.find(path, SUBMISSION_FILES)
+    module = interface.import_file(path, "submission")
     if not hasattr(module, "qknorm") and hasattr(module, "Solution"):
         module = _from_solution(module, path.parent)
-    return submission.entry_point(module, path, "qknorm", "qknorm(q, k, norm_weight)")
+    return interface.entry_point(module, path, "qknorm", "qknorm(q, k, norm_weight)")
 
 
 def call(fn, args):
-    return submission.returned(fn(args["q"], args["k"], args["norm_weight"]), "qknorm", ("q_out", "k_out"))
+    return interface.returned(fn(args["q"], args["k"], args["norm_weight"]), "qknorm", ("q_out", "k_out"))

@@ -9,8 +9,7 @@ import math
 
 import torch
 
-from kbench import native
-from kbench.check import combine, compare
+from kbench.tasks.check import combine, compare, score
 
 DESCRIPTION = "RMSNorm of q and k heads read in place from a fused QKV tensor (Frontier-CS)"
 EPS = 1e-6          # flashinfer's default; the original never passes it
@@ -71,10 +70,10 @@ def roofline(case: dict) -> dict:
     return {"bytes": (2 * rows * d + d) * elt, "flops": 4 * rows * d}
 
 
-def native_score(results: list[dict], suite: str) -> native.NativeScore:
+def native_score(results: list[dict], suite: str) -> check.NativeScore:
     """Frontier-CS: 100 x geomean(baseline_ms / answer_ms), clamped to [0, 100]; 0 if any case fails."""
     def frontier(value, unbounded, reason=None):
-        return native.score("Frontier-CS score", value, unit="points", lower_is_better=False,
+        return score("Frontier-CS score", value, unit="points", lower_is_better=False,
                             reason=reason, score_unbounded=unbounded)
 
     speedups = [r["speedup"] for r in results]

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
-from kbench.loader import load_sibling
 from torch import nn
+
+from kbench.tasks.interface import load_sibling
 
 _model = load_sibling(Path(__file__).resolve().parent.parent, "mla_model")
 

@@ -6,7 +6,7 @@ from typing import Tuple, TypeVar
 
 import torch
 
-from kbench.loader import load_sibling
+from kbench.tasks.interface import load_sibling
 
 _model = load_sibling(Path(__file__).resolve().parent.parent, "mla_model")
 

@@ -1,7 +1,7 @@
 """scaleadd, parent side: inputs, ground truth, checker, baselines, roofline (out = 2x + y)."""
 import torch
 
-from kbench.check import compare
+from kbench.tasks.check import compare
 
 DESCRIPTION = "2x + y, the example task of docs/tasks.md"
 BASELINES = {"eager": {"path": "eager.py", "devices": ("cpu", "cuda")}}

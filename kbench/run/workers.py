@@ -1,0 +1,298 @@
+"""Worker processes started before the parent imports torch, and the CUDA context made after theirs.
+
+Every worker imports torch (2-3 s on a slow host) before it can load a submission, and
+so does the parent. ``kbench eval`` and ``kbench compare`` start their workers first
+(kbench/cli/main.py), so the two imports overlap instead of following each other; a worker
+then waits for its assignment (``protocol.Assign``: which contract, which submission,
+which device). Nothing here imports torch. A worker started on demand goes the same way:
+spawned bare, then assigned.
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
+
+from kbench import interrupts
+from kbench.errors import KbenchError
+from kbench.worker import environment
+
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def _user() -> str:
+    try:
+        import getpass
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return str(os.getuid())
+
+
+@dataclass
+class BareWorker:
+    """A spawned worker process not yet told what to load; ``tmp`` is its private folder
+    (its log, and its TMPDIR: the submission's temp files)."""
+
+    process: object
+    conn: object
+    tmp: str
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.tmp, "worker.log")
+
+    def discard(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, TypeError, OSError):
+            pass
+        self.process.join(5)
+        self.conn.close()
+        with interrupts.critical():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            interrupts.untrack(self.tmp)
+
+
+def spawn(quiet: bool = False) -> BareWorker:
+    """Start one worker process; it imports torch and waits for its assignment. ``quiet``: it
+    imports at the lowest CPU priority (worker_entry below), for a spare not needed yet."""
+    with interrupts.critical():  # an interrupt now would find the folder or the process unregistered
+        return _spawn(quiet)
+
+
+# CPU tensors cross between processes as file descriptors sent over a Unix socket, which
+# multiprocessing makes in the sending process's temp folder: a worker's is
+# <root>/kbench-worker-<8>/pymp-<8>/listener-<8> (each <8> a random name), and such a path ends
+# at 107 bytes. Under a TMPDIR too long for that, the workers' folders (and this process's own
+# multiprocessing folder) go under a short system folder instead.
+_SOCKET_PATH_EXTRA = sum(len(part) + 8 for part in ("/kbench-worker-", "/pymp-", "/listener-"))
+_SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+_roots: dict[str, str | None] = {}   # TMPDIR -> the folder the workers' folders go in (None: TMPDIR)
+
+
+def _workers_root() -> str | None:
+    temp = tempfile.gettempdir()
+    if temp not in _roots:
+        fits = [d for d in (temp, *_SHORT_ROOTS) if len(d.encode()) + _SOCKET_PATH_EXTRA <= 107
+                and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)]
+        if not fits:
+            raise KbenchError(f"TMPDIR's path is too long for the Unix sockets that pass tensors between "
+                          f"processes ({len(temp.encode())} bytes, at most {107 - _SOCKET_PATH_EXTRA}), and "
+                          f"none of {', '.join(_SHORT_ROOTS)} can stand in: set TMPDIR to a shorter folder")
+        root = None if fits[0] == temp else fits[0]
+        if root is not None:   # this process's own listener folder, made (and kept) now, there
+            from multiprocessing import util
+
+            saved, tempfile.tempdir = tempfile.tempdir, root
+            try:
+                util.get_temp_dir()
+            finally:
+                tempfile.tempdir = saved
+        _roots[temp] = root
+    return _roots[temp]
+
+
+def _spawn(quiet: bool) -> BareWorker:
+    tmp = tempfile.mkdtemp(prefix="kbench-worker-", dir=_workers_root())
+    interrupts.track(tmp)
+    parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
+    # The worker inherits the environment at spawn (TRITON_INTERPRET it sets itself on
+    # assignment, before anything imports Triton).
+    env = {"TMPDIR": tmp, "TRITON_INTERPRET": None,
+           # torch's compile cache would otherwise follow TMPDIR and be lost after every run
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+               tempfile.gettempdir(), f"torchinductor_{_user()}")}
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        process = _SPAWN.Process(target=worker_entry, args=(child_conn, os.path.join(tmp, "worker.log"), quiet),
+                                 daemon=True)
+        # Started first: starting it unblocks SIGINT in this thread.
+        resource_tracker.ensure_running()
+        with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
+            process.start()
+        interrupts.track(tmp, process)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    child_conn.close()
+    return BareWorker(process, parent_conn, tmp)
+
+
+_spares: list[BareWorker] = []
+
+
+def prestart(count: int, quiet: bool = False) -> None:
+    """Start ``count`` workers now; ``take`` hands them out, the rest go at exit."""
+    for _ in range(count):
+        _spares.append(spawn(quiet))
+
+
+def keep_warm(count: int, quiet: bool = False) -> None:
+    """Have ``count`` started workers waiting (a run of many evaluations, a restart after a
+    crash: the next worker has imported torch already)."""
+    alive = [s for s in _spares if s.process.is_alive()]
+    prestart(max(0, count - len(alive)), quiet)
+
+
+def warm_for_next(count: int) -> None:
+    """The next run's (or a GPU child's next unit's) ``count`` workers, started once the current
+    one's first case has ended: its own workers are up by then, and these import at the lowest
+    CPU priority, taking only the CPU its timed processes leave. A spare imports torch and waits;
+    it makes no CUDA context before its assignment."""
+    keep_warm(count, quiet=True)
+
+
+def take() -> BareWorker:
+    """A started worker: a spare if one is alive, else a new one."""
+    while _spares:
+        spare = _spares.pop(0)
+        if spare.process.is_alive():
+            return spare
+        spare.discard()
+    return spawn()
+
+
+@atexit.register
+def _discard_spares() -> None:
+    while _spares:
+        _spares.pop().discard()
+
+
+# -- the worker's entry point ------------------------------------------------------------
+def worker_entry(conn, log_path: str, quiet: bool = False) -> None:
+    """The spawned worker's entry point, importable without torch: the shell's variables go first,
+    then the worker's loop (and torch) is imported, here in the worker, never in the parent."""
+    # Spawned with SIGINT blocked (kbench/interrupts.py): ignored for good, the parent stops workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    environment.strip()   # before torch's import, whatever it imports with it (kbench/worker/environment.py)
+    if quiet:
+        _import_quietly()
+    from kbench.worker import loop
+
+    loop.main(conn, log_path)
+
+
+def _import_quietly() -> None:
+    """Import the worker's modules (torch: seconds of CPU) in a thread at the lowest priority, for
+    a spare started while another unit's cases are timed (kbench/scaleout/gpus.py): the import then
+    takes only the CPU time the timed processes leave. Linux's nice value is per thread, so the
+    main thread, which later loads and times the submission, keeps its own. Anything that fails
+    here is imported again, and reported, by the main thread."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)   # on Linux, this thread's
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            from kbench.worker import loop  # noqa: F401
+        except BaseException:  # noqa: BLE001
+            pass
+
+    thread = threading.Thread(target=run, name="kbench-quiet-import")
+    thread.start()
+    thread.join()
+    # Threads the imports started (torch starts two, idle) inherited the lowest priority; give
+    # them the main thread's back where that is allowed (root; other users may only lower one).
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:   # no /proc: nothing to set back
+        threads = []
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(tid), own)
+        except OSError:
+            pass
+
+
+# -- other context -------------------------------------------------------------------------
+# No timed worker's CUDA context is the last one made on its GPU.
+#
+# Measured on one H200 (docs/measurement.md, "A lone CUDA context"): a process whose CUDA context
+# was the last made on the GPU read qknorm's flashinfer baseline 2.6-4.3% slower, and its bundled
+# kernel 1.1-5.1% slower, until another process made a context there. Even one that exited at
+# once did it, and the process read the faster figure for the rest of its life; waiting did not.
+# The context this module makes does it as a torch process's did.
+# The driver's mechanism is unknown. Which of a run's contexts came last (a worker's, the parent's)
+# was an accident of start-up order, so before a case's timed calls, when one of its workers
+# started since the last time, the runner has a short-lived process make a context on the same
+# GPU and exit. That process goes through the driver API alone (no torch import): it retains the
+# device's primary context, as torch does, allocates and clears 1 MiB, synchronizes, and prints
+# the card's UUID, so a run can show which GPU it touched.
+
+_MAKE_CONTEXT = r"""
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(what, rc):
+    if rc:
+        sys.exit(f"{what} returned CUresult {rc}")
+dev, ctx, ptr, size = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_size_t(1 << 20)
+ok("cuInit", cu.cuInit(0))
+ok("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), int(sys.argv[1])))
+ok("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+ok("cuCtxSetCurrent", cu.cuCtxSetCurrent(ctx))
+ok("cuMemAlloc", cu.cuMemAlloc_v2(ctypes.byref(ptr), size))
+ok("cuMemsetD8", cu.cuMemsetD8_v2(ptr, ctypes.c_ubyte(0), size))
+ok("cuCtxSynchronize", cu.cuCtxSynchronize())
+uuid = ctypes.create_string_buffer(16)
+ok("cuDeviceGetUuid", cu.cuDeviceGetUuid_v2(uuid, dev))
+print(uuid.raw.hex())
+"""
+
+
+class OtherContextError(RuntimeError):
+    pass
+
+
+def make_and_exit(ordinal: int = 0, timeout: float = 60.0) -> dict:
+    """Another process makes a CUDA context on device ``ordinal`` (as this process numbers its
+    devices: it inherits CUDA_VISIBLE_DEVICES) and exits. Returns {"uuid": the card's UUID,
+    "seconds": how long it took}; raises OtherContextError if it could not."""
+    began = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _MAKE_CONTEXT, str(ordinal)],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OtherContextError(str(exc).splitlines()[0]) from None
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout or f"exit status {proc.returncode}").strip().splitlines()
+        raise OtherContextError(lines[-1])
+    raw = proc.stdout.strip()
+    uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    return {"uuid": uuid, "seconds": round(time.perf_counter() - began, 3)}
+
+
+def unfollowed(members) -> list:
+    """The workers (kbench/targets.Target) started since another context last came after them."""
+    return [m for m in members if m.readied and m.worker.alive and not m.context_followed]
+
+
+def follow(members, make=make_and_exit) -> dict | None:
+    """When any of ``members`` (every worker of the case's targets, each loaded: its context
+    exists) has no context made after its own, ``make`` one and mark them all. Returns what
+    ``make`` returned with "workers": how many it followed, or None when none needed it. Raises
+    OtherContextError as ``make`` does; they are then left unmarked."""
+    waiting = unfollowed(members)
+    if not waiting:
+        return None
+    made = make()
+    for m in waiting:
+        m.context_followed = True
+    return {**made, "workers": len(waiting)}
