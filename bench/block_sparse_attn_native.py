@@ -1,6 +1,7 @@
 """block_sparse_attn timed the way the original challenge times it, which `kbench eval` does not.
 
-    python bench/block_sparse_attn_native.py [--suites quick,full] [--baseline NAME|none] [--out DIR]
+    python bench/block_sparse_attn_native.py [--suites quick,full] [--cases NAME,...] [--baseline NAME|none]
+        [--out DIR] [--device cuda|cpu]
 
 The attention-kernel challenge's own protocol, per case: 3 fresh input sets (seed
 sha256(f"{seed}:measure:{i}")), host clock around the call and a synchronize, the median;
@@ -14,8 +15,9 @@ Per case it also prints (and keeps in native.json) the median time for the call 
 Python ("return": the submission's host path in that state) and the CUDA-event span around
 the same host-timed call ("events"). kbench's own figure for the same cases, the device
 time of one call behind the gate, is `kbench eval submissions/block_sparse_attn --suite
-full`; the difference is host and driver latency (docs/benchmarks-block_sparse_attn.md). `--device cpu` runs the smoke suite through
-Triton's interpreter: a check of this script, its times mean nothing.
+full`; the difference is host and driver latency (submissions/block_sparse_attn/README.md has
+both). `--device cpu` runs the smoke suite through Triton's interpreter: a check of this script,
+its times mean nothing.
 """
 from __future__ import annotations
 
@@ -90,13 +92,14 @@ def measure(task, path: Path, cases, device: str) -> tuple[list[dict], str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suites", default=None, help="default: quick,full on a GPU, smoke on CPU")
+    ap.add_argument("--cases", default=None, help="comma-separated case names (default: every case of the suites)")
     ap.add_argument("--baseline", default=None, help="a baseline of the task, or 'none' (default: the first)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", type=Path, help="write native.json there")
     args = ap.parse_args()
     if args.device == "cpu":  # before anything imports Triton: it reads this once
         os.environ["TRITON_INTERPRET"] = "1"
-    from kbench.tasks import get_task, submission_file
+    from kbench.tasks.task import get_task, submission_file
 
     task = get_task("block_sparse_attn")
     suites = (args.suites or ("quick,full" if args.device == "cuda" else "smoke")).split(",")
@@ -106,7 +109,9 @@ def main() -> int:
         name = args.baseline or next(iter(baselines))
         targets[name] = baselines[name]
     result = {"device": args.device, "suites": suites, "targets": {}}
-    cases = [c for s in suites for c in task.suite(s).cases]
+    cases = [c for s in suites for c in task.suite(s).cases if not args.cases or c.name in args.cases.split(",")]
+    if not cases:
+        raise SystemExit(f"no case of {', '.join(suites)} named {args.cases}")
     for label, path in targets.items():
         print(f"{label}:", flush=True)
         records, cache = measure(task, path, cases, args.device)

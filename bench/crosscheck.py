@@ -4,24 +4,27 @@ the number?
     python bench/crosscheck.py qknorm --suite quick [--against kbench.json] [--out DIR]
     python bench/crosscheck.py block_sparse_attn --cases quick-window-1 --only baseline
 
-For every case: the inputs and ground truth kbench's runner makes for every timed call
-(Runner._make), the baseline and the submission alternating call by call, each call timed
-by kbench.call_timer (the worker's own code: gate, inputs written after it, L2 flush,
-placement shifts, events) and its outputs checked, the same stop rule; no worker, no IPC. One do_bench figure per target beside it.
+For every case: the inputs and ground truth kbench's runner makes for every timed call (the
+case's seed first, then a fresh seed per call from a per-run nonce, the task's generate_timed
+where it has one: `make_inputs` below mirrors the runner's own), the baseline and the
+submission alternating call by call, each call timed by kbench.worker.timer.CallTimer (the
+worker's own code: gate, inputs written after it, L2 flush, placement shifts, events) and its
+outputs checked, the same stop rule; no worker, no IPC. One do_bench figure per target beside it.
 Before the first case another process makes a CUDA context on the GPU and exits (--alone: not):
 on one H200 a process whose context had seen no other made after it read qknorm's flashinfer
 baseline 3-3.6% slower than once one had come and gone, for the rest of its life; a kbench run
-has one made after its workers' own (kbench/other_context.py, the same call used here)
-(docs/measurement.md, "A lone CUDA context").
+has one made after its workers' own (kbench/run/workers.py, the same call used here)
+(docs/measurement.md, "Another CUDA context after the workers' own").
 With --against (a `kbench eval --json` result of the same suite) it prints, per case and
-target, whether kbench's median is within 2% or 0.15 us of this one (done-means 2 of the
-issue "Numbers you can act on") and exits 1 if any is not.
+target, whether kbench's median is within 2% or 0.15 us of this one (the check
+bench/gpu_acceptance.py makes) and exits 1 if any is not.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -30,11 +33,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from kbench import other_context, protocol  # noqa: E402
-from kbench.call_timer import CallTimer  # noqa: E402
-from kbench.runner import Options, Runner  # noqa: E402
-from kbench.tasks import get_task, submission_file  # noqa: E402
-from kbench.timing import StopRule, flush_bytes, process_floor, summarize  # noqa: E402
+from kbench import protocol
+from kbench.run import workers
+from kbench.run.card import flush_bytes
+from kbench.stats.estimates import StopRule, process_floor, summarize
+from kbench.tasks.interface import TASK
+from kbench.tasks.suites import derive_seed
+from kbench.tasks.task import get_task, submission_file
+from kbench.worker.timer import CallTimer
 
 AGREE_REL, AGREE_ABS_MS = 0.02, 0.15e-3
 
@@ -62,27 +68,11 @@ def set_up(task, targets, cases) -> None:
             setup(t.entry, [dict(c.params, seed=c.seed) for c in cases], "cuda")
 
 
-def bundled_and_baseline(task_name: str, suite: str, names: str | None) -> tuple:
-    """(task, [bundled submission, first baseline] loaded and set up, cases): the suite's cases,
-    or those of `names` (comma-separated), for the probes that time both in one process; another
-    CUDA context has come and gone after this one's, as for crosscheck's own figures."""
-    task = get_task(task_name)
-    targets = [Plain("submission", task, submission_file(task, ROOT / "submissions" / task_name))]
-    label, path = next(iter(task.baselines("cuda").items()))
-    targets.append(Plain(f"baseline {label}", task, path))
-    cases = task.suite(suite).cases
-    if names:
-        cases = [c for c in cases if c.name in names.split(",")]
-    set_up(task, targets, cases)
-    another_context_comes_and_goes()
-    return task, targets, cases
-
-
 def another_context_comes_and_goes() -> None:
     """Another process makes a CUDA context on this GPU and exits, as a kbench run has one made
-    after its workers' own before their timed calls (kbench/other_context.py): without it this
+    after its workers' own before their timed calls (kbench/run/workers.py): without it this
     process's context would be the GPU's last made, and read a few percent slow."""
-    other_context.make_and_exit(torch.cuda.current_device())
+    workers.make_and_exit(torch.cuda.current_device())
 
 
 def do_bench_ms(target: Plain, inputs: dict) -> float:
@@ -93,9 +83,26 @@ def do_bench_ms(target: Plain, inputs: dict) -> float:
                                          return_mode="median"))
 
 
+def make_inputs(task, case, index: int, nonce: int, device: str = "cuda") -> tuple[dict, tuple]:
+    """(inputs, ground truth) of call ``index`` of a case as kbench's runner makes them
+    (kbench/run/runner.py): call 0 on the case's seed; timed calls on a fresh seed each,
+    derive_seed(case seed, the run's nonce, "timed", index), through the task's generate_timed
+    (made on the device) where it has one, else its generate."""
+    module = task.module
+    first = dict(case.params, seed=case.seed)
+    timed = TASK.get(module, "generate_timed") if index else None
+    if timed is not None:
+        inputs = timed(first, device, derive_seed(case.seed, nonce, "timed", index))
+    elif index:
+        inputs = module.generate(dict(first, seed=derive_seed(case.seed, nonce, "timed", index)), device)
+    else:
+        inputs = module.generate(first, device)
+    return inputs, tuple(module.reference(inputs))
+
+
 def run_case(task, case, targets, stop: StopRule) -> dict:
-    runner = Runner(task, Options(device="cuda"))
-    first = runner._make(case, 0)[0]
+    nonce = secrets.randbits(62)   # as the runner draws one per run: timed inputs nobody can compute ahead
+    first = make_inputs(task, case, 0, nonce)[0]
     for t in targets:  # warm-up: compilation, autotuning, module builds
         for _ in range(3):
             t.timer.timed(t.invoke, t.prepare, first)
@@ -104,13 +111,13 @@ def run_case(task, case, targets, stop: StopRule) -> dict:
     index = 1
     live = list(targets)   # still being timed: the runner's stop rule, targets together
     while True:
-        inputs, expected, _ = runner._make(case, index)
+        inputs, expected = make_inputs(task, case, index, nonce)
         order = targets if index % 2 else targets[::-1]
         for t in order:
             if t not in live:
                 continue
             outputs, sample = t.timer.timed(t.invoke, t.prepare, inputs)
-            check = task.module.check(protocol.resolve(outputs, inputs), tuple(expected), inputs)
+            check = task.module.check(protocol.resolve(outputs, inputs), expected, inputs)
             if not check.passed and t.label == "submission":
                 raise SystemExit(f"{case.name}: {t.label} failed: {check.reason}")
             t.samples.append(sample.device_ms)
@@ -135,7 +142,7 @@ def agreement(rows: list[dict], result: dict) -> list[tuple]:
     """Per case and target: (case, label, kbench ms, plain ms, do_bench ms, within 2% or
     0.15 us, within the difference's 95% interval, host-timed). The interval: kbench's (its
     processes' spread included) and this process's own, plus the between-process spread one
-    process cannot show (kbench.timing.process_floor). Host-timed: the plain process could not
+    process cannot show (kbench.stats.estimates.process_floor). Host-timed: the plain process could not
     hold the calls behind its gate (they synchronize, or outlast it), so both figures carry the
     host's speed, which differs from process to process."""
     by_case = {c["case"]: c for c in result["cases"]}
@@ -182,7 +189,7 @@ def main() -> int:
     baselines = task.baselines("cuda")
     targets = [Plain("submission", task, sub_path)]
     if baselines:
-        name, path = next(iter(baselines.items()))
+        path = next(iter(baselines.values()))
         targets.insert(0, Plain("baseline", task, path))
     if args.only:
         targets = [t for t in targets if t.label == args.only]

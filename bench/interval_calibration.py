@@ -1,15 +1,16 @@
 """Measure the measurer on CPU: do kbench's intervals hold what separate runs really do?
 
 Simulates pairs of runs of the same code under a model of what the H100 showed
-(docs/measurement.md, "Processes"): every worker process has a lasting offset (SD
-``--process``), an extra offset per (process, case) (SD ``--case``), and each process's
-median its own sampling error. Each run goes through kbench's own statistics: the pooled figure
-of each case (timing.pool), the run-level widening (records.widen_by_process_spread) and
-`kbench compare` of the two runs (compare.compare_runs). Identical code, so every interval
-should hold 1:
+(docs/measurement.md, "Processes, pools and the per-process offset"): every worker process has a
+lasting offset, an extra offset per (process, case) (the SDs of each model in MODELS below), and
+each process's median its own sampling error. Each run goes through kbench's own statistics: the pooled figure
+of each case (kbench.stats.estimates.pool), the run-level widening
+(kbench.run.records.widen_by_process_spread) and `kbench compare` of the two runs
+(kbench.stats.compare.compare_runs). Identical code, so every interval should hold 1:
 
-    python3 bench/interval_calibration.py                 # the table in docs/measurement.md
+    python3 bench/interval_calibration.py                 # the figures in docs/measurement.md, section 6
     python3 bench/interval_calibration.py --floor-only    # the same with the 1% floor alone
+    python3 bench/interval_calibration.py --trials 10     # a quick look (the figures are noisier)
 
 Per model and pool: how often the geomean's 95% interval holds 1 (should be >= 0.95), how
 often a case is called FASTER or SLOWER (should be <= 0.05), and how often the two geomeans
@@ -24,16 +25,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kbench import compare  # noqa: E402
-from kbench.records import widen_by_process_spread  # noqa: E402
-from kbench.targets import Replicas  # noqa: E402
-from kbench.timing import PROCESS_REL, pool  # noqa: E402
+from kbench.run.records import widen_by_process_spread
+from kbench.run.targets import Replicas
+from kbench.stats import compare
+from kbench.stats.estimates import PROCESS_REL, pool
 
 # (name, lasting offset SD, per-(process, case) SD, slow mode): relative. The slow mode
 # (share, shift): on every case with index divisible by 20, a (process, case) pair lands
 # ``shift`` slower with chance ``share``, as qknorm's kv8_q32_d64_b256 did on the H100 (one
-# process in four at +7%, acc35-acc36 in docs/benchmarks.md): a case whose spread is a
-# skewed mixture, wider than the typical case's.
+# process in four at +7%): a case whose spread is a skewed mixture, wider than the typical case's.
 MODELS = (("qknorm-like", 0.01, 0.015, None), ("qknorm, one bimodal case", 0.01, 0.015, (0.25, 0.07)),
           ("one-launch, lasting only", 0.012, 0.0, None),
           ("eager, several launches", 0.04, 0.01, None), ("long kernel", 0.001, 0.001, None))

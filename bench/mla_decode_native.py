@@ -5,8 +5,8 @@
     (after `source bench/gpu_env.sh`; `--device cpu` runs the smoke suite through Triton's
     interpreter: a check of this script, its times mean nothing)
 
-The original's benchmark mode (gpu-mode/reference-kernels, problems/amd/mla-decode/eval.py;
-../shared/specs/mla_decode.md, "Score in the original"), per target:
+The original's benchmark mode (gpu-mode/reference-kernels, problems/amd/mla-decode/eval.py), per
+target:
 - warm-up: calls for WARMUP_S on the first case's inputs;
 - per case: the inputs made once from the case's seed; one call, checked against the ground
   truth; then up to MAX_RUNS calls on the same (config, x, kv_cache), each as synchronize, host
@@ -18,7 +18,7 @@ kv_cache.seq_len (the bundled one does, as the original's reference did) is time
 that grows by a row a call; one that does not (the FlashInfer baseline) over the same context.
 The printed final seq_len shows which. Only where the buffer has no room left (the smoke cases)
 is the cache set back, outside the clock, and the count of those resets is printed.
-Figures: docs/benchmarks-mla_decode.md.
+Figures: submissions/mla_decode/README.md.
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.device == "cpu":  # before anything imports Triton: it reads this once
         os.environ["TRITON_INTERPRET"] = "1"
-    from kbench.tasks import get_task, submission_file
+    from kbench.tasks.task import get_task, submission_file
 
     task = get_task("mla_decode")
     suite = task.suite(args.suite or ("full" if args.device == "cuda" else "smoke"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import itertools
 import sys
 
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {i:5d} {samples[i]:6d}  {src[i][:60]:60s} {mix(i, i + 1)}")
     cuts = [0] + [i for i, s in enumerate(src) if "USETMAXREG" in s] + [len(data)]
     print("\nregions between partition switches (USETMAXREG):")
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         if b - a > 20:
             print(f"  {a:5d}-{b:5d} {sum(samples[a:b]):7d} samples ({sum(samples[a:b]) / total:5.1%}): {mix(a, b)}")
     print(f"\nthe {args.before} instructions before each TMA store (UTMASTG):")

@@ -8,9 +8,9 @@ shift) or is one process off (a process offset).
 
 A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The runs of the
 variants alternate (run 1 of each, then run 2 of each...), so a drift of the card over the
-session hits them all. Per run: the submission's and the baseline's geomean over the cases,
-and each pool process's offset (a case + process fit, kbench/process_offsets.py); per variant: the
-largest and the standard deviation of the runs' geomeans, the largest ratio between two
+runs hits them all. Per run: the submission's and the baseline's geomean over the cases,
+and each pool process's offset (a case + process fit, kbench.stats.estimates.fit_offsets); per
+variant: the largest and the standard deviation of the runs' geomeans, the largest ratio between two
 runs (what `kbench compare a.json b.json` calls the geomean ratio), and that spread split into
 what each process draws and what a run's processes share (`components`), with the chance that
 two runs agree within 1% at a pool of 2, 4 or 8.
@@ -29,8 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from kbench import process_offsets  # noqa: E402
-from kbench.records import geomean  # noqa: E402
+from kbench.run.records import geomean
+from kbench.stats.estimates import fit_offsets, offset_cells, offset_variance
 
 
 def run_figures(run: dict) -> dict:
@@ -43,12 +43,12 @@ def run_figures(run: dict) -> dict:
     if timed:
         out["base_us"] = 1e3 * geomean([c["baseline_latency_ms"] for c in timed])
     for side, who in (("case", "sub"), ("baseline", "base")):
-        cells = process_offsets.cells(cases, side)
-        fitted = process_offsets.fit(cells)
+        cells = offset_cells(cases, side)
+        fitted = fit_offsets(cells)
         by_process = sorted(fitted.offsets.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))   # (card, id)
         out[f"{who}_process_pct"] = {(pid if gpu is None else f"{gpu}:{pid}"): round(100 * v, 2)
                                      for (gpu, pid), v in by_process}
-        variance = process_offsets.offset_variance(cells, fitted)
+        variance = offset_variance(cells, fitted)
         out[f"{who}_process_var_pct2"] = round(1e4 * variance[0], 4) if variance else None
     return out
 
@@ -147,7 +147,7 @@ def main() -> int:
             path = args.out / f"{name}-{i}.json"
             began = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "kbench", "eval", submission, "--suite", args.suite,
-                                   "--json", str(path), "-q", *extra], capture_output=True, text=True)
+                                   "--json", str(path), "-q", *extra], capture_output=True, text=True, check=False)
             (args.out / f"{name}-{i}.log").write_text(done.stdout + done.stderr)
             print(f"{name} run {i}: exit {done.returncode}, {time.perf_counter() - began:.1f} s", flush=True)
     report(summarize(args.out))

@@ -35,7 +35,7 @@ if [ "$SECONDS" -gt 280 ]; then echo "no time left for the fault run"; else
   runner=$!
   for _ in $(seq 600); do
     kpid=$(pgrep -P "$runner" -f "kbench eval" | head -1)
-    child=$( [ -n "$kpid" ] && pgrep -P "$kpid" -f "kbench.gpu_child cuda" | tail -1 )
+    child=$( [ -n "$kpid" ] && pgrep -P "$kpid" -f "kbench.scaleout.gpus cuda" | tail -1 )
     # mid-unit: once the child has its workers (its own children), 3 s into the unit
     [ -n "$child" ] && [ -n "$(pgrep -P "$child" | head -1)" ] && sleep 3 && kill -9 "$child" \
       && echo "killed child $child 3 s after its first worker started" && break

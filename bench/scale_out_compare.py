@@ -1,17 +1,20 @@
-"""The scale-out figures from bench/scale_out.sh's folder: wall times of the one-GPU and the
-two-GPU ranking, submissions per hour, and per case whether the two runs' medians agree: the
-issue's reading (their 95% intervals overlap) and kbench compare's, which is stricter (the 95%
-interval of B/A, each case's noise and the processes' shared term combined, contains 1:
-SAME or UNSURE; overlapping intervals can still give FASTER or SLOWER).
+"""The scale-out figures from bench/scale_out.sh's folder: wall times, agreement, where time went.
+
+Wall times of the one-GPU and the two-GPU ranking, submissions per hour, and per case whether
+the two runs' medians agree: the loose reading (their 95% intervals overlap) and kbench
+compare's, which is stricter (the 95% interval of B/A, each case's noise and the processes'
+shared term combined, contains 1: SAME or UNSURE; overlapping intervals can still give FASTER
+or SLOWER). Then where each submission's time went, and the fault run's notes.
 
     python3 bench/scale_out_compare.py /tmp/scale_out COMMIT
 """
+import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kbench.compare import compare_runs  # noqa: E402
+from kbench.stats.compare import compare_runs
 
 
 def main(folder: Path, commit: str) -> None:
@@ -81,5 +84,14 @@ def time_split(wall, startup: dict, cases: list) -> str:
             f"rest {wall - ready - in_cases:5.2f}")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path, help="scale_out.sh's folder (plain.json, scaled.json, *.wall, gpus.txt)")
+    ap.add_argument("commit", nargs="?", default="unknown", help="the commit the runs were made at")
+    args = ap.parse_args(argv)
+    main(args.folder, args.commit)
+    return 0
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "unknown")
+    sys.exit(cli())

@@ -1,9 +1,10 @@
-"""How often the exact answer, rounded, fails a suite's own check (kbench/health.py).
+"""How often the exact answer, rounded, fails a suite's own check (kbench/tasks/suites.py).
 
     python bench/suite_health.py mla_decode smoke --seeds 1000 [--device cuda] [--case NAME ...]
 
 Prints per case the misses over the seeds; any miss means the case rejects a perfect
-kernel on some inputs. Backs tests/test_suite_health.py and the figures in docs/tasks.md.
+kernel on some inputs: the full counts behind tests/test_suite_health.py's smaller ones, and the
+figures in docs/tasks.md, "Suite health".
 """
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kbench.health import exact_answer_misses, health_seeds  # noqa: E402
-from kbench.errors import KbenchError  # noqa: E402
-from kbench.suites import select_cases  # noqa: E402
-from kbench.tasks import get_task  # noqa: E402
+from kbench.errors import KbenchError
+from kbench.tasks.suites import exact_answer_misses, health_seeds, select_cases
+from kbench.tasks.task import get_task
 
 
 def main() -> int:
@@ -27,9 +27,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--case", action="append", help="only this case (repeatable)")
     args = ap.parse_args()
-    task = get_task(args.task)
     status = 0
     try:
+        task = get_task(args.task)
         cases = select_cases(task.suite(args.suite), tuple(args.case or ()))
     except KbenchError as exc:
         print(f"suite_health: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Block-sparse causal attention forward as a Gluon kernel for Hopper (sm_90): TMA loads into
 rings of shared-memory stages and warpgroup MMAs, which Triton's tile language on this host (3.6)
-does not give an attention kernel (docs/benchmarks-block_sparse_attn.md).
+does not give an attention kernel (README.md).
 
 A tile: one 128-token query block of one (batch, head), its CSR row walked in order, two
 warpgroups of 64 query rows each (the softmax of a row never leaves its warp). Per 128-key block:
@@ -30,7 +30,7 @@ read and its query block loaded at the current row's third step, where the produ
 for a ring slot anyway, so between two tiles of a program there is ~0.2 us (one program per tile:
 0.4 us between CTAs, plus ~2 us of row reads and first loads inside each). Against one program
 per tile, `kbench compare` said full 0.964 (0.944-0.984) FASTER (9/9 cases), quick 1.014 UNSURE,
-with bit-identical outputs (docs/benchmarks-block_sparse_attn.md; a static round-robin deal was
+with bit-identical outputs (README.md; a static round-robin deal was
 faster on full but its times moved 2.3% between runs). A single partition of 8 warps in lockstep
 was 25% slower.
 
@@ -90,7 +90,7 @@ def _tile(tile, n_tiles, row_ptr, seq_lens, H, NQB, BM: gl.constexpr):
     producer skips) to the first; the last third of the (batch, head)s (``_tail_heads``), which the
     counter hands out, query block after query block, so the short rows at the sequences' start come
     last and the programs end together (kbench compare, 8 processes a side, against (batch, head)
-    order throughout: full 0.986, quick 0.971-0.975; docs/benchmarks-block_sparse_attn.md). Needs no
+    order throughout: full 0.986, quick 0.971-0.975; 941391d). Needs no
     memory read to place a tile, so its query block's load is one read (seq_len, beside the row's)
     after the tile is known. Returns (batch x head, first query token, seq_len, first CSR entry,
     entries); entries is 0 for a padded tile or an empty row, and for a tile past the last (no memory
@@ -261,8 +261,7 @@ def _ws_softmax(s, m_i, l_i, qk_scale, diagonal, p_op: gl.constexpr, WG: gl.cons
 
     Only the mask sits in the branch, so each call site carries one softmax body, not a masked and
     an unmasked one: the kernel's code went from 90.5 to 74.9 KB, and with it 3.5-6.7 us a call of
-    fetching its instructions again after other code ran (docs/benchmarks-block_sparse_attn.md,
-    "One softmax body")."""
+    fetching its instructions again after other code ran (README.md, df06608)."""
     BM: gl.constexpr = s.shape[0]
     BN: gl.constexpr = s.shape[1]
     if diagonal:
@@ -540,7 +539,7 @@ class DirectLauncher:
 
     Per call Triton 3.6 builds a TensorDescriptor object per tensor and its launcher encodes each
     (cuTensorMapEncodeTiled) before the launch: in the original's native protocol, where every
-    host step is slow, that was ~0.1 ms of a 0.3 ms return (docs/benchmarks-block_sparse_attn.md).
+    host step is slow, that was ~0.1 ms of a 0.3 ms return (d5f02ee).
     An encoded descriptor is a function of the tensor's address, its (rows, 128) shape and the
     block, never of its contents, so one cached by those cannot go stale: a later tensor at the
     same address and size gets the same descriptor it would be encoded to. The cache keeps the

@@ -1,7 +1,7 @@
 """Block-sparse causal attention forward (attention-kernel challenge contract).
 
 On a Hopper GPU the call runs the Gluon kernel of bsa_gluon.py (persistent and warp-specialised:
-a TMA producer, two consumer warpgroups in ping-pong; docs/benchmarks-block_sparse_attn.md); the
+a TMA producer, two consumer warpgroups in ping-pong; README.md); the
 Triton kernel below runs everywhere else (the interpreter, other GPUs, other shapes). Both
 compute the same numbers.
 
@@ -53,7 +53,7 @@ VARIANT_MANIFEST = [
 ]
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by t_max; swept on an H100
-# (docs/benchmarks-block_sparse_attn.md, bench/block_sparse_attn_sweep.py): 2 stages beat
+# (8375f69, bench/block_sparse_attn/block_sparse_attn_sweep.py): 2 stages beat
 # 3 by 0.8-1.6% on every full case (all t_max = 8192); 4 stages, BLOCK_N = 64, BLOCK_M = 64
 # and 4 or 16 warps were slower.
 CONFIGS = {"default": (128, 128, 8, 2)}
@@ -177,7 +177,7 @@ def _bsa_fwd(Q, K, V, O, LSE, ROW_PTR, COL_IDX, SEQ_LENS, H, NNZ, T_MAX, qk_scal
 
 # How P meets V in the PV product, off the diagonal (PV_MODE) and on it (DIAG_MODE):
 # "bf16": P rounded to bf16 (8 bits): 9 of 360 timed calls of `full` missed the o tolerance
-#   by one element (2 bf16 ulps; bench/bsa_precision_sweep.py, H100, 2026-11-23).
+#   by one element (2 bf16 ulps; bench/block_sparse_attn/bsa_precision_sweep.py, H100, 2026-11-23).
 # "split": P = hi + lo, two bf16 parts, two PV dots (~2^-16): 0/288 calls missed, but 1.5x
 #   the PV work: 19-28% more time than "bf16".
 # "fp16": P and V in fp16 (11 bits, P good to 2^-11 relative; a single key's rounding
@@ -192,7 +192,7 @@ DIAG_MODE = "fp16"  # the diagonal block
 REVERSE = False
 # ptxas's register cap per thread (0: Triton's default). At 232 the kernel still spills nothing
 # (254 registers by default) and kbench compare said FASTER on every full case, geomean 0.983
-# (0.973-0.993), 8 processes a side (H100, 2026-11-23; docs/benchmarks-block_sparse_attn.md).
+# (0.973-0.993), 8 processes a side (H100, 420c747; README.md).
 MAXNREG = 232
 # On a Hopper GPU, the Gluon kernel of bsa_gluon.py (persistent, warp-specialised: TMA producer, ping-pong consumers);
 # the Triton kernel above everywhere else (the interpreter, other GPUs, other shapes).
@@ -271,7 +271,7 @@ def _launch(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
 def _launch_gluon(q, k, v, row_ptr, col_idx, seq_lens, o, lse):
     """The Gluon kernel, launched directly once compiled (as _launch does the Triton one): through
     the JIT's dispatch the call took ~0.7 ms to return in the native protocol on the H100 host,
-    ~0.3 ms launched directly (docs/benchmarks-block_sparse_attn.md)."""
+    ~0.3 ms launched directly (9018391)."""
     key = ("gluon", GLUON_STAGES, q.device, row_ptr.dtype, col_idx.dtype, seq_lens.dtype)
     aligned = FAST_LAUNCH and all(t.data_ptr() % 16 == 0 for t in (o, lse, row_ptr, col_idx, seq_lens))
     kernel = _COMPILED.get(key) if aligned else None
@@ -310,7 +310,7 @@ _SPARE = {}
 
 def _launch_lean(q, k, v, row_ptr, col_idx, seq_lens):
     """The Gluon kernel's launch once its direct launcher exists, asking torch as little as it can: in
-    the native protocol each tensor query costs 1-2 us of a cold host (docs/benchmarks-block_sparse_attn.md).
+    the native protocol each tensor query costs 1-2 us of a cold host (ff28a0e).
     Checks what _launch and supported() check (the launcher's key stands for the device and the index
     dtypes) and returns (o, lse), launched; or None, having launched nothing, where anything differs."""
     if not (FAST_LAUNCH and GLUON and DIRECT_DESCRIPTORS) or _interpreted():

@@ -23,7 +23,7 @@ warpgroups are done with it. Against per-thread loads and stores from the MMA la
 descriptors' row count is the context length, so rows past it read as zeros. Rows of a tile past
 this split's end are masked to -inf. Heads past H read as zeros and are not written. The numbers
 are the Triton kernel's: the same bf16 inputs to every product, fp32 accumulation, RoPE with the
-original's bf16 roundings, o rounded to bf16 once. docs/benchmarks-mla_decode.md has the figures
+original's bf16 roundings, o rounded to bf16 once. README.md has the figures
 and the variants that lost.
 """
 import torch
@@ -349,7 +349,7 @@ def _descriptor(t: torch.Tensor, block: list) -> TensorDescriptor:
 
 # After a launch through the JIT has compiled the kernel for a specialisation, the next launches
 # call its raw launcher with the descriptors encoded by (address, shape, strides) (mla_launch.py):
-# ~0.2 ms of Python less a call on the H200 host. bench/mla_timeline.py turns it off (it adds an
+# ~0.2 ms of Python less a call on the H200 host. dev/mla_timeline.py turns it off (it adds an
 # argument the direct launch does not pass).
 DIRECT_LAUNCH = True
 _DIRECT: dict = {}   # specialisation key -> mla_launch.DescriptorLauncher, or None: always the JIT

@@ -38,7 +38,7 @@ y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
 The host path matters in the original's own protocol (host clock around a synchronized
 call): launched through Triton's JIT dispatch the call took 0.6-1.1 ms to return on the
 H200 host, where its kernels run for 0.18 ms at prefill 128; launched directly, 0.44-0.48 ms
-(docs/benchmarks-mla_decode.md).
+(19deeba; README.md).
 """
 import math
 import os
@@ -320,7 +320,7 @@ def _q_up_absorb_kernel(x_ptr, wq_ptr, wuk_ptr, qlat_ptr, qpe_ptr, M,
                  _bf16(out).to(tl.bfloat16), mask=mmask)
 
 
-# Launch shape of the attention kernel (tuned on an H100; see docs/benchmarks-mla_decode.md). With the
+# Launch shape of the attention kernel (tuned on an H100; see README.md). With the
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
 # and could not take a second stage (1215 us). gluon: the Gluon kernel where it runs (Hopper, these

@@ -1,7 +1,10 @@
 """block_sparse_attn: how often does the bundled kernel miss the o/lse tolerance on fresh seeds?
 
-    python bench/bsa_precision_sweep.py [--suite full] [--seeds 20] [--cases all|full-window-1,...]
-        [--variants "PV_MODE=fp16,DIAG_MODE=fp16;PV_MODE=split"] [--time-limit 300] [--no-timing]
+    python bench/block_sparse_attn/bsa_precision_sweep.py [--suite full] [--seeds 20]
+        [--cases all|full-window-1,...] [--variants "PV_MODE=fp16,DIAG_MODE=fp16;PV_MODE=split"]
+        [--time-limit 300] [--no-timing]
+
+(on the GPU host, from the repository root, after `source bench/gpu_env.sh`.)
 
 Per variant of the kernel (a ';'-separated list of module constants of the submission to set,
 e.g. PV_MODE=split: P in two bf16 parts; PV_MODE=fp16: P and V in fp16; PV_MODE=bf16: P
@@ -9,9 +12,10 @@ rounded to bf16; the empty variant is the bundled default) and per case: the tim
 kbench makes (generate_timed) on fresh seeds, the task's ground truth and checker; prints the
 calls that failed, the worst |err| / tolerance over all elements, how many elements had
 |err| / tol above 0.5 (the tail: a 1-ulp bf16 disagreement at |o| >= 0.5 is ~0.4-0.8), and
-the kernel's median time by kbench's own protocol for one call (kbench.call_timer.CallTimer,
+the kernel's median time by kbench's own protocol for one call (kbench.worker.timer.CallTimer,
 20 calls) unless --no-timing. Seeds are taken round-robin over the cases, so a --time-limit
-stop leaves every case about equally covered.
+stop leaves every case about equally covered. The figures behind the `PV_MODE` comment in
+submission.py came from this script.
 """
 from __future__ import annotations
 
@@ -22,10 +26,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
 sys.path.insert(0, str(ROOT))
-from kbench.tasks import get_task  # noqa: E402
-from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
+from call_median import median_ms
+
+from kbench.tasks.task import get_task
 
 ARGS = ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")
 
@@ -38,7 +43,7 @@ def ratios(out, ref, atol, rtol):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="full")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--cases", default="all")
@@ -47,8 +52,8 @@ def main() -> int:
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--seed-base", type=int, default=0, help="the same base gives every variant the same seeds")
     args = ap.parse_args()
-    from kbench.call_timer import CallTimer
-    from kbench.timing import flush_bytes
+    from kbench.run.card import flush_bytes
+    from kbench.worker.timer import CallTimer
 
     timer = CallTimer("cuda", flush_bytes("cuda"))
     task = get_task("block_sparse_attn")

@@ -1,11 +1,14 @@
 """Where a call of the bundled mla_decode kernel spends its time, which `kbench eval` (whole calls
 only) does not say: each step of custom_kernel alone, and the attention kernel's launch configs.
 
-    python bench/mla_decode_parts.py [--suite full] [--case prefill6144] [--calls 20] [--sweep] [--submission DIR]
+    python submissions/mla_decode/dev/mla_decode_parts.py [--suite full] [--case prefill6144] [--calls 20]
+        [--sweep] [--submission DIR] [--device cuda|cpu]
+
+(on the GPU host, from the repository root, after `source bench/gpu_env.sh`.)
 
 Each step runs on the case's own inputs (the intermediate tensors computed once, as
 custom_kernel computes them) and is timed with kbench's own protocol for one call
-(kbench.call_timer.CallTimer: the gate, inputs copied to fresh storages, L2 flush, CUDA
+(kbench.worker.timer.CallTimer: the gate, inputs copied to fresh storages, L2 flush, CUDA
 events), the median of --calls calls. --sweep then tries the attention kernel's launch
 configurations: each must pass the case's check through the contract before it is timed.
 `--device cpu` runs a smoke case through Triton's interpreter: a check of this script, its
@@ -19,9 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 sys.path.insert(0, str(ROOT))
-from call_median import median_ms  # noqa: E402  (bench/ is the script's folder)
+from call_median import median_ms
+
 # block_h, block_n, v_split, warps, stages, rope_pass (keys' RoPE rotated once per row by a pass of its own),
 # gluon (the Gluon kernel of mla_decode_gluon.py on Hopper, which rotates the keys itself; the first six keys are
 # then the Triton kernel's only)
@@ -84,9 +88,9 @@ def main() -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from kbench.call_timer import CallTimer
-    from kbench.tasks import get_task, submission_file
-    from kbench.timing import flush_bytes
+    from kbench.run.card import flush_bytes
+    from kbench.tasks.task import get_task, submission_file
+    from kbench.worker.timer import CallTimer
 
     task = get_task("mla_decode")
     suite = task.suite(args.suite or ("full" if args.device == "cuda" else "smoke"))

@@ -1,14 +1,16 @@
 """mla_decode: how long the whole call takes to return on the host, and its synchronized wall time.
 
-    python3 bench/mla_decode_host.py DIR [DIR ...] [--case prefill128] [--calls 300] [--rounds 4]
+    python3 submissions/mla_decode/dev/mla_decode_host.py DIR [DIR ...] [--case prefill128] [--calls 300]
+        [--rounds 4]
 
-(after `source bench/gpu_env.sh`). Per round, each DIR in turn in a fresh process: the case's inputs
+(on the GPU host, from the repository root, after `source bench/gpu_env.sh`; DIR a submission
+folder: the bundled one, a copy holding a change). Per round, each DIR in turn in a fresh process: the case's inputs
 made once, 30 calls of warm-up, then per call: prepare the cache (outside the clock), synchronize,
 host clock, the call, host clock (its return), synchronize, host clock (the wall time the original's
 protocol sees, without its statistics). Prints the medians per process. The host's speed drifts by
 up to 2x between processes on the H200 host, so the directories alternate round by round and are
-compared pair by pair. kbench itself times the device, not this (docs/benchmarks-mla_decode.md,
-"The host path").
+compared pair by pair. kbench itself times the device, not this; the host column of
+submissions/mla_decode/README.md is kbench's `host_ms`.
 """
 from __future__ import annotations
 
@@ -19,14 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 
 
 def measure(path: Path, case: str, calls: int) -> tuple[float, float]:
     """(host return median, wall median) in us of ``calls`` calls of the submission at ``path``."""
     import torch
     sys.path.insert(0, str(ROOT))
-    from kbench.tasks import get_task
+    from kbench.tasks.task import get_task
 
     task = get_task("mla_decode")
     module, contract = task.module, task.contract
@@ -67,12 +69,12 @@ def main() -> int:
     for r in range(1, args.rounds + 1):
         for d in args.dirs:
             done = subprocess.run([sys.executable, __file__, str(d), "--one", "--case", args.case,
-                                   "--calls", str(args.calls)], capture_output=True, text=True)
+                                   "--calls", str(args.calls)], capture_output=True, text=True, check=False)
             if done.returncode:
-                print(f"{r:<6} {str(d):<32} failed: {done.stderr.strip().splitlines()[-1:]}")
+                print(f"{r:<6} {d!s:<32} failed: {done.stderr.strip().splitlines()[-1:]}")
                 continue
             host, wall = done.stdout.split()
-            print(f"{r:<6} {str(d):<32} {float(host):11.1f} {float(wall):9.1f}", flush=True)
+            print(f"{r:<6} {d!s:<32} {float(host):11.1f} {float(wall):9.1f}", flush=True)
     return 0
 
 

@@ -1,18 +1,23 @@
 """block_sparse_attn: the bundled kernel under several launch configs, in one process (an
 in-process bench, not kbench's two-process comparison).
 
-    python bench/block_sparse_attn_sweep.py [--suite full] [--rounds 25] [--configs 128,128,8,3;128,64,8,3]
+    python bench/block_sparse_attn/block_sparse_attn_sweep.py [--suite full] [--rounds 25]
+        [--configs "128,128,8,3;128,64,8,3"] [--submission DIR]
+
+(on the GPU host, from the repository root, after `source bench/gpu_env.sh`.)
 
 Per case of the suite: the timed-call inputs kbench makes (generate_timed, one fresh seed),
 the task's ground truth; then ``--rounds`` rounds, each timing one call of every config in
-turn by kbench's per-call protocol (kbench.call_timer.CallTimer: L2 flush, device time of
+turn by kbench's per-call protocol (kbench.worker.timer.CallTimer: L2 flush, device time of
 the call behind the gate), so drift hits every config alike. Every timed output is checked
 with the task's checker (``fails`` counts the calls that missed), and one more fresh seed
 per (case, config) is checked untimed. Prints per case and config the median device time,
 TFLOP/s (task.roofline flops) and the family geomean of family medians per config.
 Configs are BLOCK_M,BLOCK_N,num_warps,num_stages[,NAME=value...]: the launch config, then
 module constants of the submission to set for that config (e.g. PV_MODE=fp16,REVERSE=1);
-the others keep their bundled values.
+the others keep their bundled values (GLUON=0 for the Triton kernel on Hopper, GLUON_STAGES=2;
+the launch config applies to the Triton kernel only). For a change worth keeping, confirm it with
+`kbench compare` of the bundled folder and a copy holding the change (two processes, a verdict).
 """
 from __future__ import annotations
 
@@ -24,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
 sys.path.insert(0, str(ROOT))
-from kbench.tasks import get_task  # noqa: E402
+from kbench.tasks.task import get_task
 
 DEFAULT_CONFIGS = ("128,128,8,3;128,128,8,2;128,128,8,4;128,64,8,2;128,64,8,3;128,64,8,4;"
                    "128,64,4,3;64,128,4,3;64,128,4,2;64,64,4,3;128,128,16,2")
@@ -34,15 +39,16 @@ ARGS = ("q", "k", "v", "row_ptr", "col_idx", "seq_lens")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="full")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--submission", default=str(ROOT / "submissions" / "block_sparse_attn"))
     args = ap.parse_args()
-    from kbench.call_timer import CallTimer
-    from kbench.interface import same_inputs
-    from kbench.timing import flush_bytes, summarize
+    from kbench.run.card import flush_bytes
+    from kbench.stats.estimates import summarize
+    from kbench.tasks.interface import same_inputs
+    from kbench.worker.timer import CallTimer
 
     configs = [tuple(c.split(",")) for c in args.configs.split(";")]
     timer = CallTimer("cuda", flush_bytes("cuda"))

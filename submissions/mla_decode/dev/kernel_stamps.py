@@ -1,5 +1,6 @@
-"""What the timeline scripts (bench/mla_timeline.py, bench/bsa_timeline.py) share to stamp a copy of a
-Gluon kernel's source: the device-clock and SM-id expressions, and edits that must match exactly once."""
+"""What mla_timeline.py stamps a copy of a Gluon kernel's source with: the device-clock and SM-id
+expressions, and edits that must match exactly once. Not run on its own; bench/block_sparse_attn has
+the same code (each kernel's scripts stand alone)."""
 from __future__ import annotations
 
 NOW = 'gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)'

@@ -1,7 +1,11 @@
 """mla_decode: how close the bundled kernel's y comes to failing the check, over many fresh seeds.
 
-    python bench/mla_decode_precision.py [--seeds 200] [--cases b3_h4_ctx300,...] [--submission DIR]
-    python bench/mla_decode_precision.py --model "qlat=bf16,o=bf16,v=bf16;qlat=fp32,o=fp32" --seeds 1000
+    python submissions/mla_decode/dev/mla_decode_precision.py [--seeds 200] [--cases b3_h4_ctx300,...]
+        [--submission DIR]
+    python submissions/mla_decode/dev/mla_decode_precision.py --model "qlat=bf16,o=bf16,v=bf16;qlat=fp32,o=fp32"
+        --seeds 1000
+
+(from the repository root; CPU only: no GPU needed.)
 
 Per smoke case and seed (the task's generator with a fresh seed, as kbench's timed calls get):
 the ground truth, the exact answer (the task's math in float64, `task.exact`) and the
@@ -16,21 +20,20 @@ On CPU the submission runs in Triton's interpreter (about 1 s a call). `--model 
 a PyTorch model of the bundled kernel's math instead (milliseconds a call), with each of its
 roundings switchable: qlat (q_nope @ W_uk), p (the probabilities into the PV dot; fp32 in the
 interpreter, bf16 on the GPU), o (the attention output), v (o @ W_uv), each `bf16` or `fp32`
-(unnamed ones: the kernel as it was before issue 10's fix, qlat, o and v bf16, p fp32); several
-models separated by `;` run on the same seeds.
-Backs docs/benchmarks-mla_decode.md, "Smoke: every seed" and the rounding comments in
-submissions/mla_decode/submission.py.
+(unnamed ones take the defaults: qlat, o and v bf16, p fp32); several models separated by `;`
+run on the same seeds. The rounding comments in submission.py came from this script.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 sys.path.insert(0, str(ROOT))
 
 
@@ -66,7 +69,7 @@ def model_of_kernel(inputs: dict, model, spec: dict):
         c, s = ang.cos().to(bf16).to(f32), ang.sin().to(bf16).to(f32)
         t = t.to(f32)
         a, b = t[..., :half], t[..., half:]
-        r = lambda z: z.to(bf16).to(f32)  # noqa: E731
+        r = lambda z: z.to(bf16).to(f32)
         return torch.cat([r(r(a * c) + r(-b * s)), r(r(b * c) + r(a * s))], -1)
 
     c = buf[:, :L, :R].to(f32)
@@ -91,20 +94,21 @@ def main() -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports Triton
     import torch
 
-    from kbench.runner import derive_seed
-    from kbench.tasks import get_task, submission_file
+    from kbench.tasks.interface import load_sibling
+    from kbench.tasks.suites import derive_seed
+    from kbench.tasks.task import get_task, submission_file
 
     task = get_task("mla_decode")
     module, contract = task.module, task.contract
-    model = sys.modules["_kbench_mla_decode_mla_model"]
+    model = load_sibling(task.code_dir, "mla_model")   # the task's own module (one per process)
     rtol, atol = module.RTOL, module.ATOL
     if args.model:
         runs = {}
         for text in args.model.split(";"):
-            spec = dict(qlat="bf16", p="fp32", o="bf16", v="bf16")
+            spec = {"qlat": "bf16", "p": "fp32", "o": "bf16", "v": "bf16"}
             spec.update(kv.split("=") for kv in text.split(","))
-            runs[",".join(f"{k}={v}" for k, v in spec.items())] = \
-                (lambda spec: lambda inputs: model_of_kernel(inputs, model, spec))(spec)
+            runs[",".join(f"{k}={v}" for k, v in spec.items())] = functools.partial(
+                model_of_kernel, model=model, spec=spec)
     else:
         entry = contract.load(submission_file(task, Path(args.submission)))
         runs = {args.submission: lambda inputs: contract.call(entry, contract.prepare(inputs))}

@@ -1,6 +1,9 @@
 """block_sparse_attn: where a tile's time goes in the Gluon kernel, from %globaltimer stamps.
 
-    python3 bench/bsa_timeline.py [--dir submissions/block_sparse_attn] [--cases full-window-1,full-retrieval-3]
+    python3 bench/block_sparse_attn/bsa_timeline.py [--dir submissions/block_sparse_attn]
+        [--cases full-window-1,full-retrieval-3]
+
+(on the GPU host, from the repository root.)
 
 Writes a copy of DIR/bsa_gluon.py with stamps (consumer warpgroup 0 and the producer, the first
 15 tiles of every program) into a temporary folder, runs it 6 times per case on the case's seed
@@ -12,8 +15,8 @@ converted, the last P.V issued and done, o's store issued; the producer's publis
 program (a cold start) and the last stamped are left out; a padded tile (n = 0) gets its next start
 only. Per case also: a program's entry to its first tile's start, and when the programs exit (the
 tail). The stamps are inserted by matching the kernel's text: a kernel whose lines differ from the
-bundled one's fails with the line not found.
-Figures: docs/benchmarks-block_sparse_attn.md, "Tile boundaries timed".
+bundled one's fails with the line not found (tests/bench/test_timeline_stamps.py checks the stamps
+still apply to the bundled kernel, on CPU).
 """
 from __future__ import annotations
 
@@ -23,9 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernel_stamps import NOW, SourceEdit  # bench/ is the script's folder
+from kernel_stamps import NOW, SourceEdit  # this script's folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
 sys.path.insert(0, str(ROOT))
 
 STEPS = ["next start", "K0 landed", "S0 issued", "softmax0", "blocks done", "last V16", "last PV in",
@@ -103,7 +106,7 @@ def stamped(source: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=str(ROOT / "submissions" / "block_sparse_attn"))
     ap.add_argument("--cases", default="full-window-1,full-retrieval-3")
     args = ap.parse_args()
@@ -111,10 +114,10 @@ def main() -> int:
 
     import numpy as np
     import torch
-
-    from kbench.loader import load_module
-    from kbench.tasks import get_task
     from bsa_case import QK_SCALE, find_case, kernel_inputs
+
+    from kbench.tasks.interface import load_module
+    from kbench.tasks.task import get_task
 
     kernel = Path(tempfile.mkdtemp(prefix="bsa-timeline-")) / "bsa_timeline_kernel.py"
     kernel.write_text(stamped((Path(args.dir) / "bsa_gluon.py").read_text()))

@@ -1,7 +1,11 @@
 """block_sparse_attn: are two Gluon kernels' outputs the same bits? For a change meant to keep the
 numbers (scheduling, launch, stores), not a tolerance check.
 
-    python bench/bsa_bitwise.py A_DIR B_DIR [--suites smoke,local-dev,quick,full,broad] [--calls 3]
+    python bench/block_sparse_attn/bsa_bitwise.py A_DIR B_DIR [--suites smoke,local-dev,quick,full,broad]
+        [--calls 3]
+
+(on the GPU host, from the repository root; e.g. A_DIR submissions/block_sparse_attn, B_DIR a copy
+holding the change.)
 
 A_DIR and B_DIR each hold a bsa_gluon.py (a submission directory). Per case of each suite: the
 case's seed inputs (the task's generator), A's launch once, B's launch --calls times into buffers
@@ -12,18 +16,18 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
+from bsa_case import QK_SCALE, kernel_inputs
 
-from kbench.loader import load_module  # noqa: E402
-from kbench.tasks import get_task  # noqa: E402
-from bsa_case import QK_SCALE, kernel_inputs  # noqa: E402  (bench/ is the script's folder)
+from kbench.tasks.interface import load_module
+from kbench.tasks.task import get_task
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--suites", default="smoke,local-dev,quick,full,broad")

@@ -1,6 +1,8 @@
 """mla_decode's Gluon attention: where a program's time goes, from %globaltimer stamps.
 
-    python3 bench/mla_timeline.py [--dir submissions/mla_decode] [--kv-lens 129,513,1025]
+    python3 submissions/mla_decode/dev/mla_timeline.py [--dir submissions/mla_decode] [--kv-lens 129,513,1025]
+
+(on the GPU host, from the repository root.)
 
 Writes a copy of DIR/mla_decode_gluon.py with stamps per program (entry, the prologue's end, q ready,
 tile 0 ready, its scores done, every tile done, row sums added, o's store issued and done, the SM)
@@ -10,8 +12,8 @@ wave of programs, the median time of each step after a program's entry, the span
 entry to the last store, and the gap between one program leaving an SM and the next entering it.
 The events around each launch include the host's launch path: the span is the device's figure.
 The stamps are inserted by matching the kernel's text: a kernel whose lines differ from the
-bundled one's fails with the line not found. Figures: docs/benchmarks-mla_decode.md, "The
-attention at short contexts, timed inside the kernel".
+bundled one's fails with the line not found (tests/bench/test_timeline_stamps.py checks the stamps
+still apply to the bundled kernel, on CPU).
 """
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernel_stamps import NOW, SMID, SourceEdit  # bench/ is the script's folder
+from kernel_stamps import NOW, SMID, SourceEdit  # this script's folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 
 SLOTS = 16   # int64 stamps per program
 # slot -> step; 0 is the entry, 9 the SM, 11 the program's tile count
@@ -113,7 +115,7 @@ def report(stamps, events_us: float, n_sms: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default="submissions/mla_decode")
+    parser.add_argument("--dir", default=str(ROOT / "submissions" / "mla_decode"))
     parser.add_argument("--kv-lens", default="129,513,1025")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))

@@ -1,5 +1,5 @@
-"""block_sparse_attn: a case's seed inputs as the Gluon kernel's launch arguments, for the bench
-scripts that launch the kernel directly (bsa_bitwise.py, bsa_timeline.py, kernel_launches.py)."""
+"""block_sparse_attn: a case's seed inputs as the Gluon kernel's launch arguments, for the scripts
+here that launch the kernel directly (bsa_bitwise.py, bsa_timeline.py). Not run on its own."""
 from __future__ import annotations
 
 import math
