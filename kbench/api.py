@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 from pathlib import Path
 
 from kbench.errors import KbenchError
@@ -34,10 +35,14 @@ CPU_CAPS = {"budget_s": 1.0, "min_samples": 3, "max_samples": 3, "processes": 1}
 def resolve_device(requested: str = "auto", notices: list[str] | None = None) -> str:
     """``cuda`` or ``cpu`` for ``auto``, ``cuda`` or ``cpu``; KbenchError if CUDA was asked for and is
     not there."""
-    import torch
-
     if requested not in ("auto", "cuda", "cpu"):
         raise KbenchError(f"unknown device {requested!r} (auto, cuda or cpu)")
+    if requested == "cpu":
+        return "cpu"
+    if requested == "cuda" and not os.path.exists("/dev/nvidiactl"):   # answered without importing torch
+        raise KbenchError("--device cuda asked for, but no CUDA device is available")
+    import torch
+
     if requested == "cuda" and not torch.cuda.is_available():
         raise KbenchError("--device cuda asked for, but no CUDA device is available")
     if requested != "auto":

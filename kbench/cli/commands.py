@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from kbench.cli.report import compare_report, hidden_note, lines, markdown_repor
 from kbench.errors import KbenchError
 from kbench.stats.compare import regressed
 from kbench.stats.estimates import DEFAULT_PROCESSES, StopRule
-from kbench.tasks.task import all_tasks, get_task
+from kbench.tasks.task import all_tasks, get_task, task_dir_problems
 
 # What the commands share: options, the device, progress and notices, running one submission.
 
@@ -107,9 +108,7 @@ class Progress:
         self.live = False
 
     def __call__(self, text: str) -> None:
-        for line in self.notices:
-            notice(line)
-        self.notices = []
+        self._say_notices()
         if self.quiet:
             return
         if self.stream.isatty():
@@ -123,10 +122,15 @@ class Progress:
             self.last = now
             click.echo(f"kbench: {text}", err=True)
 
-    def done(self) -> None:
-        for line in self.notices:   # what came after the last progress line (compare's warnings)
-            notice(line)
+    def _say_notices(self) -> None:
+        """The notices so far; -q keeps only the warnings."""
+        for line in self.notices:
+            if not self.quiet or line.startswith("warning"):
+                notice(line)
         self.notices = []
+
+    def done(self) -> None:
+        self._say_notices()   # what came after the last progress line (compare's warnings)
         if self.live:
             click.echo("\r\033[K", err=True, nl=False)
             self.live = False
@@ -166,13 +170,35 @@ def check_paths(paths) -> None:
             raise UsageProblem(f"{on_disk}: no such file or directory")
 
 
+def check_outputs(kw: dict) -> None:
+    """--json and --markdown, checked before the run: a path that cannot be written would lose it."""
+    for option, path in (("--json", kw["json_path"]), ("--markdown", kw["md_path"])):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise UsageProblem(f"{option} {path}: is a folder; give a file's path")
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if existing != path and not existing.is_dir():
+            raise UsageProblem(f"{option} {path}: {existing} is a file, not a folder")
+        if not os.access(existing if existing != path else path, os.W_OK):
+            raise UsageProblem(f"{option} {path}: not writable")
+
+
 def write(kw: dict, payload: dict, markdown: str) -> None:
-    if kw["json_path"]:
-        kw["json_path"].parent.mkdir(parents=True, exist_ok=True)
-        kw["json_path"].write_text(json.dumps(payload, indent=1))
-    if kw["md_path"]:
-        with open(kw["md_path"], "a") as f:
-            f.write(markdown)
+    """The saved results; a failure to write them is one line and exit 2 (the table is printed)."""
+    for option, path, text, mode in (("--json", kw["json_path"], json.dumps(payload, indent=1), "w"),
+                                      ("--markdown", kw["md_path"], markdown, "a")):
+        if path is None:
+            continue
+        try:
+            if not path.parent.exists():
+                path.parent.mkdir(parents=True)
+                notice(f"{option}: made the folder {path.parent}")
+            with open(path, mode) as f:
+                f.write(text)
+        except OSError as exc:
+            notice(f"{option} {path}: not written: {exc.strerror or exc}")
+            sys.exit(2)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -184,6 +210,8 @@ def cli():
     Example:
         kbench eval submissions/qknorm --suite quick --json runs/1.json
     """
+    for line in task_dir_problems():   # a folder named there that holds no task is said, not skipped silently
+        notice(line)
 
 
 def _echo_table(headers, rows, wide: bool, **kw) -> None:
@@ -268,7 +296,7 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
     Exit code 0 when every case passed (and the geomean speedup is at least
     --min-speedup), 1 when a case failed, was flagged or fell short, 2 on a usage error,
     3 when cases have no verdict because a GPU or a node was lost (not the submission's
-    failure; the missing cases are named).
+    failure; the missing cases are named), 130 when interrupted (143 on SIGTERM).
 
     \b
     Example:
@@ -276,8 +304,11 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
         kbench eval submissions/qknorm my_kernel other_kernel --gpus all   # ranked, over every GPU
     """
     check_paths(submissions)
+    check_outputs(kw)
     progress = Progress(kw["quiet"])
     with usage_errors():
+        for path in submissions:   # a usage mistake answered before torch is imported
+            api.task_of(path, kw["task_name"])
         device = api.resolve_device(kw["device"], progress.notices)
         run = settings(kw, baseline=baseline, progress=progress, notices=progress.notices, device=device)
         runs = []
@@ -318,7 +349,8 @@ def compare(a, b, fail_pct, normalize, **kw):
     A and B are each a saved result (kbench eval --json; FILE.json:NAME picks submission
     NAME's run from a file of several) or a submission folder. Two
     folders are timed interleaved on the same inputs in one run, so drift hits both. Exit
-    code 1 when B fails a case (or, with --fail-if-slower, is slower), 2 on a usage error.
+    code 1 when B fails a case (or, with --fail-if-slower, is slower), 2 on a usage error,
+    130 when interrupted.
     CPU-mode timings are not meaningful: there only the statuses are compared.
 
     \b
@@ -327,6 +359,7 @@ def compare(a, b, fail_pct, normalize, **kw):
         kbench compare submissions/qknorm my_kernel --suite quick
     """
     check_paths((a, b))
+    check_outputs(kw)
     saved = saved_result(a) and saved_result(b)
     progress = Progress(kw["quiet"])
     if saved:
@@ -349,14 +382,21 @@ def compare(a, b, fail_pct, normalize, **kw):
 
 
 def ranking(runs: list[dict], wide: bool = False) -> str:
+    """Submissions ranked by cases passed, then geomean speedup (on CUDA); equal keys share a rank
+    (competition ranking: 1, 1, 3), as CPU-mode runs passing alike do."""
     timed = all(r["timing"]["meaningful"] for r in runs)
-    order = sorted(runs, key=lambda r: (-(r["summary"]["passed"] == r["summary"]["total"]),
-                                        -((r["summary"]["geomean_speedup"] or 0) if timed else 0)))
-    rows = [[i + 1, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"
+
+    def key(r):
+        s = r["summary"]
+        return (-(s["passed"] == s["total"]), -s["passed"], -((s["geomean_speedup"] or 0) if timed else 0))
+
+    order = sorted(runs, key=key)
+    ranks = [1 + next(j for j, other in enumerate(order) if key(other) == key(r)) for r in order]
+    rows = [[rank, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"
              + (f" ({r['summary']['lost']} lost)" if r["summary"].get("lost") else "")]
             + ([] if not timed else ["-" if r["summary"]["geomean_speedup"] is None
                                      else f"{r['summary']['geomean_speedup']:.3f}x"])
-            for i, r in enumerate(order)]
+            for rank, r in zip(ranks, order)]
     headers = ["rank", "submission", "passed"] + (["geomean speedup"] if timed else [])
     table, hidden = render(headers, rows, wide=wide)
     return "\n".join([table] + ([hidden_note(hidden)] if hidden else []))

@@ -27,7 +27,9 @@ def _workers_per_run(args: list[str]) -> int:
     none for help or saved results."""
     if not args or args[0] not in ("eval", "compare") or "--help" in args or "-h" in args:
         return 0
-    if args[0] == "compare" and any(a.endswith(".json") for a in args[1:]):
+    if args[0] == "compare" and any(a.endswith(".json") or ".json:" in a for a in args[1:]):
+        return 0
+    if not _well_formed(args):   # a usage error: answered before any worker (or torch) starts
         return 0
     targets = 1 if args[0] == "eval" and _value(args, "--baseline") == "none" else 2
     try:
@@ -36,6 +38,30 @@ def _workers_per_run(args: list[str]) -> int:
     except ValueError:
         processes, pool = 1, 0   # click reports the bad value
     return targets * min(max(processes, pool, 1), 8)
+
+
+def _well_formed(args: list[str]) -> bool:
+    """Whether ``eval``/``compare`` will get as far as a run: click parses the command line, the
+    paths exist, the --task is known and a --device cuda has a device node. Otherwise the
+    command fails with one line, which must not wait for workers to start."""
+    from pathlib import Path
+
+    import click
+
+    from kbench.cli.commands import cli
+    from kbench.tasks.task import all_tasks
+
+    try:
+        ctx = cli.commands[args[0]].make_context(args[0], list(args[1:]))
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        return False
+    paths = ctx.params.get("submissions") or [ctx.params.get(k) for k in ("a", "b") if ctx.params.get(k)]
+    if not all(Path(p).exists() for p in paths):
+        return False
+    task = ctx.params.get("task_name")
+    if task is not None and task not in all_tasks():
+        return False
+    return not (ctx.params.get("device") == "cuda" and not os.path.exists("/dev/nvidiactl"))
 
 
 def _task_pool(args: list[str]) -> int:

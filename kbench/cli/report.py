@@ -75,8 +75,8 @@ def _grouped(items: list[tuple[str, str]], total: int) -> list[str]:
 
 
 def remarks(run: dict) -> list[str]:
-    """Below the table: each case's failure reason, flags and notes (a line per distinct text, not
-    wrapped, so each can be found with grep), then the run's notes."""
+    """Below the table: each case's failure reason, flags and notes (a line per distinct text),
+    then the run's notes."""
     items = []
     for r in run["cases"]:
         if r["reason"]:
@@ -92,7 +92,7 @@ def text_report(run: dict, wide: bool = False) -> str:
     headers, rows = case_rows(run)
     table, hidden = render(headers, rows, wide=wide, drop=GPU_DROP)
     out = [table] + ([hidden_note(hidden)] if hidden else [])
-    out += remarks(run)
+    out += [lines(remark, wide) for remark in remarks(run)]   # --wide: each on one line, for grep
     out.append(lines(summary_line(run), wide))
     return "\n".join(out)
 
@@ -189,8 +189,8 @@ def compare_report(result: dict, markdown: bool = False, wide: bool = False) -> 
         title = f"### kbench compare: {result['a']} (A) vs {result['b']} (B)"
         bullets = "\n".join(f"- {line}" for line in reasons)
         return "\n\n".join(x for x in [title, table, bullets, compare_summary(result), *warnings] if x) + "\n"
-    return "\n".join([table, *([hidden_note(hidden)] if hidden else []), *reasons,
-                      lines(compare_summary(result), wide), *warnings])
+    return "\n".join([table, *([hidden_note(hidden)] if hidden else []), *(lines(r, wide) for r in reasons),
+                      lines(compare_summary(result), wide), *(lines(w, wide) for w in warnings)])
 
 
 def native_text(native: dict) -> str:

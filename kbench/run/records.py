@@ -167,6 +167,9 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
     """``wall``: where this run's time went (seconds: the whole run, each target's load and
     setup), for a user asking why a run is slow; each case carries its own ``wall_s``.
     ``calibration_of(record)``: the card each case ran on, where they differ (kbench/scaleout/plan.py)."""
+    # the card's ceilings as kept for it (kbench/run/card.py); what this run read against them, said
+    notes = [*notes, *(n for n in calibration.get("notes", []) if n not in notes)]
+    calibration = {k: v for k, v in calibration.items() if k != "notes"}
     roofline = TASK.get(task.module, "roofline")
     for rec in records:
         card = calibration_of(rec) if calibration_of else calibration

@@ -208,6 +208,8 @@ def run_unit(task_name: str, submission: Path, cases: list[str], spec: dict, on_
             on_case(records[-1])
 
     run = Runner(get_task(task_name), _options(spec, cases, keep)).run(Path(submission))
-    return {"cases": records, "notes": run["notes"], "fatal": run["summary"]["fatal"],
+    # the host-bound note is the whole run's, said once by the parent over every unit's cases
+    notes = [n for n in run["notes"] if not n.startswith("host-bound")]
+    return {"cases": records, "notes": notes, "fatal": run["summary"]["fatal"],
             "startup": run["wall"].get("startup", {}), "wall_s": run["wall"].get("total_s"),
             "other_contexts": run["wall"].get("other_contexts", [])}

@@ -98,6 +98,18 @@ def _roots() -> list[tuple[Path, Path]]:
     return roots
 
 
+def task_dir_problems() -> list[str]:
+    """Folders of $KBENCH_TASK_DIRS that cannot hold a task, one line each (they are skipped)."""
+    problems = []
+    for extra in filter(None, os.environ.get("KBENCH_TASK_DIRS", "").split(os.pathsep)):
+        folder = Path(extra)
+        if not folder.is_dir():
+            problems.append(f"KBENCH_TASK_DIRS: {folder}: no such folder")
+        elif not (folder / "cases").is_dir() or not (folder / "reference").is_dir():
+            problems.append(f"KBENCH_TASK_DIRS: {folder}: no cases/ and reference/ folders in it")
+    return problems
+
+
 def all_tasks() -> dict[str, Task]:
     """Every task with both a case file and a reference folder holding contract.py and task.py."""
     tasks = {}

@@ -6,7 +6,7 @@ ground truth. It holds no expected outputs, only code.
 
 What the original graded against is its published reference.py (heads split with
 ``permute``; the keys' RoPE applied at positions 0..kv_len-1; ``wo`` scaled by
-1/sqrt(n_heads * v_head_dim)). See docs/benchmarks-mla_decode.md, "Which reference".
+1/sqrt(n_heads * v_head_dim)). See `git show 1e2a4e4:docs/benchmarks-mla_decode.md`, "Which reference".
 """
 from __future__ import annotations
 
