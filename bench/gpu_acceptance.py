@@ -24,9 +24,9 @@ TASKS = ("qknorm", "mla_decode", "block_sparse_attn")
 LIMITS_S = {"quick": 30.0, "full": 120.0}
 REJECT_LIMIT_S = 15.0
 REFERENCE_NOISE, REFERENCE_BUDGET_S = 0.003, 4.0   # bench/crosscheck.py's stop rule here
-COVERED_BY_EVAL_RUNS = ("test_block_sparse_attn_gpu.py::test_bundled_solution_on_gpu",
-                        "test_qknorm_gpu.py::test_bundled_solution_passes_unflagged",
-                        "test_hostile_gpu.py::test_bundled_solution_passes_clean_on_gpu")
+COVERED_BY_EVAL_RUNS = ("tasks/block_sparse_attn/test_block_sparse_attn.py::test_bundled_solution_on_gpu",
+                        "tasks/qknorm/test_qknorm.py::test_bundled_solution_passes_unflagged",
+                        "corpora/test_hostile.py::test_bundled_solution_passes_clean_on_gpu")
 
 
 class Table:
@@ -178,7 +178,7 @@ def gpu_tests(out: Path, table: Table, limit: float = 400) -> None:
     outcomes = [(l.split()[0], l.split()[2] if l.startswith("SKIPPED") else l.split()[1])
                 for l in lines if l.startswith(("PASSED ", "FAILED ", "ERROR ", "SKIPPED "))]
     for name, honest in (("honest corpus passes clean", True), ("hostile corpus caught + GPU tests", False)):
-        mine = [(o, t) for o, t in outcomes if ("test_honest_gpu.py" in t) == honest]
+        mine = [(o, t) for o, t in outcomes if ("corpora/test_honest.py" in t) == honest]
         bad = [t.split("::")[-1] for o, t in mine if o != "PASSED"]
         table.add(name, code in (0, 1) and bool(mine) and not bad,
                   f"{len(mine) - len(bad)}/{len(mine)} passed{'; not: ' + ', '.join(bad[:4]) if bad else ''} "

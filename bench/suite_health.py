@@ -3,7 +3,7 @@
     python bench/suite_health.py mla_decode smoke --seeds 1000 [--device cuda] [--case NAME ...]
 
 Prints per case the misses over the seeds; any miss means the case rejects a perfect
-kernel on some inputs: the full counts behind tests/test_suite_health.py's smaller ones, and the
+kernel on some inputs: the full counts behind tests/tasks/test_suite_health.py's smaller ones, and the
 figures in docs/tasks.md, "Suite health".
 """
 from __future__ import annotations

@@ -228,7 +228,7 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
 # figure cannot be trusted. The counterpart of tripwires.py, which runs in the worker.
 #
 # Each flag fails the run, so each rests on evidence an honest kernel cannot produce
-# (tests/test_detectors.py and the honest corpus on the GPU show that it does not).
+# (tests/run/test_detectors.py and the honest corpus on the GPU show that it does not).
 
 # The device settling (all streams idle) later than the timed stream's end event, by more
 # than an empty call's gap plus half the call and 0.1 ms, means work ran on a stream the

@@ -180,7 +180,7 @@ TASK = Interface("task.py", (
          "(GPU runs only)", required=False, args=2),
     Name("exact", "exact(inputs: dict) -> tuple[Tensor, ...]",
          "the reference's math in float64, not rounded, for the suites' health check "
-         "(`kbench/tasks/suites.py`, `tests/test_suite_health.py`)", required=False, args=1),
+         "(`kbench/tasks/suites.py`, `tests/tasks/test_suite_health.py`)", required=False, args=1),
 ))
 
 CONTRACT = Interface("contract.py", (

@@ -6,14 +6,13 @@ import os
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 import torch
 
 from kbench.tasks.interface import load_module
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reference" / "mla_decode"
 SUITES = tomllib.loads((ROOT / "cases" / "mla_decode.toml").read_text())["suites"]
 SMOKE = SUITES["smoke"]["cases"]

@@ -15,8 +15,6 @@ import torch
 from kbench.run.card import flush_bytes
 from kbench.worker.timer import CallTimer
 
-pytestmark = pytest.mark.gpu
-
 PIECE = 4096   # bytes a bulk prefetch covers
 PERSISTING_L2_LIMIT = 0x06            # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 MAX_PERSISTING_L2_ATTRIBUTE = 108     # CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE
@@ -87,6 +85,7 @@ def largest_persisting_set_aside():
     cuda.cuCtxSetLimit(PERSISTING_L2_LIMIT, old)
 
 
+@pytest.mark.gpu
 def test_a_buffer_kept_with_evict_last_is_not_in_l2_at_the_next_timed_call(largest_persisting_set_aside):
     timer = CallTimer("cuda", flush_bytes("cuda"))
     release = timer.release_persisting

@@ -3,9 +3,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 SCRIPT = textwrap.dedent("""
     import json, sys

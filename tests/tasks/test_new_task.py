@@ -1,7 +1,7 @@
 """Adding a task takes one case file and one reference folder: nothing in kbench/ changes.
 
 The task is docs/tasks.md's example, docs/example-task/ (the doc shows those files verbatim:
-tests/test_task_interface.py checks it), copied to a temporary folder.
+tests/tasks/test_task_interface.py checks it), copied to a temporary folder.
 """
 import json
 import shutil

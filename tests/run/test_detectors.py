@@ -1,5 +1,5 @@
 """Parent-side detectors: each flag fires on the evidence it names and not on what an honest
-kernel produces (the honest corpus on the GPU, tests/test_honest_gpu.py, checks the rest)."""
+kernel produces (the honest corpus on the GPU, tests/corpora/test_honest.py, checks the rest)."""
 from kbench.protocol import Report
 from kbench.run import records as records_mod
 from kbench.stats.estimates import summarize

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from kbench.cli.main import _gpu_children, _workers_needed
 from kbench.stats.estimates import DEFAULT_PROCESSES
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def test_workers_started_first_match_the_command():

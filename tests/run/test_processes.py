@@ -1,7 +1,6 @@
 """Every target timed in several worker processes: the figure is the mean of their medians and
 its interval includes how far apart they are (kbench/stats/estimates.py ``pool``, docs/measurement.md)."""
 import pytest
-from helpers import FIXTURES, cpu_options
 
 from kbench import protocol
 from kbench.run.runner import Runner
@@ -9,6 +8,7 @@ from kbench.run.targets import Target, WorkerProcess
 from kbench.stats.compare import compare_cases
 from kbench.stats.estimates import PROCESS_REL, StopRule, pool
 from kbench.tasks.task import get_task
+from tests.helpers import FIXTURES, cpu_options
 
 
 def _process(median_us: float, n: int = 50, spread: float = 0.002) -> list[float]:
@@ -209,19 +209,3 @@ def test_no_process_of_the_pool_is_still_loading_when_the_first_case_is_timed(mo
     readied = [label == "torch" for what, label in events[:first_warmup] if what == "ready"]
     assert sorted(readied) == [False] * 3 + [True] * 3, events[:first_warmup]   # submission, baseline
     assert not any(what == "ready" for what, _ in events[first_warmup:])
-
-
-def test_the_worker_hashes_triton_at_load_on_a_gpu_only(monkeypatch):
-    # Triton's cache key (0.46 s a process on the H100 host) is paid while the pool starts,
-    # side by side, not at each process's first call inside a case
-    import triton  # noqa: F401  (the submission would have imported it)
-    from triton.runtime import cache
-
-    from kbench.worker import loop
-
-    calls = []
-    monkeypatch.setattr(cache, "triton_key", lambda: calls.append(1))
-    loop._warm_triton("cpu")
-    assert calls == []
-    loop._warm_triton("cuda")
-    assert calls == [1]
