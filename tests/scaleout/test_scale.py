@@ -322,3 +322,16 @@ def test_cuda_connections_reach_every_worker_before_it_loads(tmp_path, monkeypat
     assert {c["status"] for c in without["cases"]} == {"error"}   # the load failed
     assert "connections None" in without["cases"][0]["reason"]
     assert ran["timing"]["cuda_connections"] is None   # CPU mode: no CUDA in the workers
+
+
+def test_a_units_host_bound_note_is_left_to_the_whole_run(monkeypatch):
+    """Each unit's run used to add its own host-bound note, and the merged run its own again."""
+    from kbench.run.runner import Options, Runner
+    from kbench.scaleout import plan
+
+    fake = {"notes": ["host-bound on 3 of 3 timed cases: ...", "baseline flashinfer unavailable: ..."],
+            "summary": {"fatal": None}, "wall": {}}
+    monkeypatch.setattr(Runner, "run", lambda self, path: fake)
+    spec = plan.options_spec(Options(suite="smoke", device="cpu"))
+    unit = plan.run_unit("qknorm", ROOT / "submissions" / "qknorm", ["b3_q5_kv2_d64_f16"], spec)
+    assert unit["notes"] == ["baseline flashinfer unavailable: ..."]
