@@ -10,7 +10,9 @@ from kbench.stats.estimates import DEFAULT_PROCESSES
 from tests.helpers import ROOT
 
 
-def test_workers_started_first_match_the_command():
+def test_workers_started_first_match_the_command(monkeypatch):
+    # the count alone (paths and devices made up): whether the line is a usage error is tested apart
+    monkeypatch.setattr("kbench.cli.main._well_formed", lambda args: True)
     assert _workers_needed(["eval", "submissions/qknorm"]) == 2
     assert _workers_needed(["eval", "submissions/qknorm", "--baseline", "none"]) == 1
     assert _workers_needed(["eval", "submissions/qknorm", "--baseline=none"]) == 1
@@ -32,7 +34,9 @@ def test_workers_started_first_match_the_command():
     assert _workers_needed(["eval", "a", "--ray=auto"]) == 0
 
 
-def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers():
+def test_eval_gpus_starts_one_child_per_gpu_first_with_the_runs_workers(monkeypatch):
+    # the count alone (paths and devices made up): whether the line is a usage error is tested apart
+    monkeypatch.setattr("kbench.cli.main._well_formed", lambda args: True)
     assert _gpu_children(["eval", "a", "b", "--gpus", "all", "--device", "cuda"]) == ("all", 2 * DEFAULT_PROCESSES)
     assert _gpu_children(["eval", "a", "--gpus=0,1", "--device", "cuda", "--baseline", "none",
                           "--processes", "3"]) == ("0,1", 3)
@@ -114,7 +118,9 @@ def test_eval_of_several_submissions_starts_each_next_runs_workers_during_the_on
     assert not workers._spares   # none started for a run that does not come
 
 
-def test_a_gpu_run_starts_every_process_of_every_target_first():
+def test_a_gpu_run_starts_every_process_of_every_target_first(monkeypatch):
+    # the count alone (paths and devices made up): whether the line is a usage error is tested apart
+    monkeypatch.setattr("kbench.cli.main._well_formed", lambda args: True)
     assert _workers_needed(["eval", "x", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
     assert _workers_needed(["eval", "x", "--device=cuda", "--processes", "3"]) == 6
     assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
