@@ -106,7 +106,7 @@ def main() -> int:
     targets = {"submission": submission_file(task, ROOT / "submissions" / "block_sparse_attn")}
     baselines = task.baselines(args.device)
     if args.baseline != "none" and baselines:
-        name = args.baseline or next(iter(baselines))
+        name = args.baseline or task.default_baseline(args.device)
         targets[name] = baselines[name]
     result = {"device": args.device, "suites": suites, "targets": {}}
     cases = [c for s in suites for c in task.suite(s).cases if not args.cases or c.name in args.cases.split(",")]

@@ -186,11 +186,10 @@ def main() -> int:
 
     task = get_task(args.task)
     sub_path = submission_file(task, Path(args.submission or ROOT / "submissions" / args.task))
-    baselines = task.baselines("cuda")
+    baseline = task.default_baseline("cuda")
     targets = [Plain("submission", task, sub_path)]
-    if baselines:
-        path = next(iter(baselines.values()))
-        targets.insert(0, Plain("baseline", task, path))
+    if baseline is not None:
+        targets.insert(0, Plain("baseline", task, task.baselines("cuda")[baseline]))
     if args.only:
         targets = [t for t in targets if t.label == args.only]
     for t in targets:

@@ -148,7 +148,7 @@ def main() -> int:
     targets = {"submission": submission_file(task, args.submission)}
     baselines = task.baselines(args.device)
     if args.baseline != "none" and baselines:
-        name = args.baseline or ("flashinfer" if "flashinfer" in baselines else next(iter(baselines)))
+        name = args.baseline or task.default_baseline(args.device)
         targets[name] = baselines[name]
     result = {"device": args.device, "suite": suite.name, "targets": {}}
     for label, path in targets.items():

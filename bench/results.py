@@ -1,6 +1,7 @@
 """The current figures of kbench runs as Markdown: what docs/results.md holds.
 
-    python bench/results.py RUN.json [RUN.json ...] [--commit SHA] [--command CMD] > docs/results.md
+    python bench/results.py RUN.json [RUN.json ...] [--commit SHA] [--command CMD] \
+        [--repeats RUN-1.json RUN-2.json ...] > docs/results.md
 
 Each RUN.json is what `kbench eval SUBMISSION --json RUN.json` wrote on a GPU: one run record, or
 {"runs": [...]} for several submissions. The page has, per task and suite, one table per run:
@@ -9,6 +10,11 @@ interval, the baseline's time, the speedup, the share of the roofline reached (r
 % of the card's copy bandwidth, TFLOP/s and the host's time inside the call; then the geomean
 speedup and the task's native score. Runs of one task and suite on several cards also get their
 device times side by side, one column per card.
+
+--repeats (once per group of back-to-back runs of one task, e.g. bench/repeat_runs.py's) adds a
+"Run to run" table: per run the copy and matmul ceilings the roofline used and this run's own
+fresh reading of each, the geomean speedup; per case the share of the roofline reached, its
+lowest and highest over the runs and how far apart they are.
 
 --commit and --command, given once, apply to every file; given once per file, to each in order.
 Without them the commit is the record's own when it carries one, and the command is rebuilt from
@@ -257,6 +263,47 @@ def run_section(run: dict, commit: str | None, command: str | None) -> list[str]
     return lines + [""]
 
 
+# ---------------------------------------------------------------- run to run
+
+def spread_pct(values: list[float]) -> str:
+    values = [v for v in values if v]
+    return "-" if len(values) < 2 else f"{100 * (max(values) / min(values) - 1):.2f}%"
+
+
+def repeat_section(runs: list[dict]) -> list[str]:
+    """Back-to-back runs of one task: do the ceilings and the roofline shares hold still?"""
+    first = runs[0]
+    lines = [f"### Run to run: {len(runs)} back-to-back runs on {card_name(first)}", "",
+             f"- command, each run: `{command_of(first, None)}`; first run {str(first.get('created'))[:16]}", ""]
+    rows, copies, matmuls = [], [], []
+    for i, run in enumerate(runs, 1):
+        card = cards(run)[0]
+        copies.append(card.get("copy_gbps"))
+        matmuls.append(card.get("matmul_bf16_tflops"))
+        rows.append([str(i), rate(card.get("copy_gbps")), rate(card.get("copy_gbps_this_run")),
+                     rate(card.get("matmul_bf16_tflops")), rate(card.get("matmul_bf16_tflops_this_run")),
+                     ratio((run.get("summary") or {}).get("geomean_speedup"), 3)])
+    rows.append(["spread", spread_pct(copies), spread_pct([cards(r)[0].get("copy_gbps_this_run") for r in runs]),
+                 spread_pct(matmuls), spread_pct([cards(r)[0].get("matmul_bf16_tflops_this_run") for r in runs]),
+                 spread_pct([(r.get("summary") or {}).get("geomean_speedup") for r in runs])])
+    lines += table(["run", "copy GB/s used", "copy GB/s fresh", "matmul TFLOP/s used", "matmul TFLOP/s fresh",
+                    "geomean speedup"], rows) + [""]
+    names = list(dict.fromkeys(c.get("case") for c in first["cases"]))
+    case_rows_, worst = [], 0.0
+    for name in names:
+        # from the roofline and the time (the record's roofline_fraction is rounded to 4 places)
+        shares = [c["roofline_ms"] / c["latency_ms"] for r in runs for c in r["cases"]
+                  if c.get("case") == name and c.get("status") == "passed" and c.get("roofline_ms")
+                  and c.get("latency_ms")]
+        if len(shares) < 2:
+            continue
+        worst = max(worst, max(shares) / min(shares) - 1)
+        case_rows_.append([str(name), f"{100 * min(shares):.2f}%", f"{100 * max(shares):.2f}%", spread_pct(shares)])
+    lines += table(["case", "of roofline, lowest", "highest", "apart"], case_rows_) + [""]
+    lines.append(f"The roofline shares of one case lie at most {100 * worst:.2f}% apart over the {len(runs)} runs.")
+    return lines + [""]
+
+
 # ---------------------------------------------------------------- the page
 
 def side_by_side(entries: list[tuple[dict, str | None, str | None]]) -> list[str]:
@@ -281,7 +328,8 @@ def side_by_side(entries: list[tuple[dict, str | None, str | None]]) -> list[str
     return ["Device time per case on each card:", ""] + table(["case"] + labels, rows) + [""]
 
 
-def page(entries: list[tuple[dict, str | None, str | None]], argv: list[str]) -> str:
+def page(entries: list[tuple[dict, str | None, str | None]], argv: list[str],
+         repeats: list[list[dict]] = ()) -> str:
     """``entries``: (run record, --commit for it, --command for it), in the order given."""
     written_by = shlex.join(["python", "bench/results.py", *argv])
     lines = ["# Current figures", "",
@@ -303,6 +351,9 @@ def page(entries: list[tuple[dict, str | None, str | None]], argv: list[str]) ->
                 lines += side_by_side(group)
             for run, commit, command in group:
                 lines += run_section(run, commit, command)
+        for runs in repeats:
+            if runs[0]["task"] == task:
+                lines += repeat_section(runs)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -324,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="+", metavar="RUN.json", help="kbench eval --json output (GPU runs)")
     parser.add_argument("--commit", action="append", help="kbench's commit the runs were made at (once, or once per file)")
     parser.add_argument("--command", action="append", help="the command that made the runs (once, or once per file)")
+    parser.add_argument("--repeats", action="append", nargs="+", default=[], metavar="RUN.json",
+                        help="back-to-back runs of one task (repeatable, one group each)")
     args = parser.parse_args(argv)
     try:
         commits = per_file(args.commit, args.files, "--commit")
@@ -331,10 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         entries = [(run, commit, command)
                    for path, commit, command in zip(args.files, commits, commands)
                    for run in load_runs(path)]
+        repeats = [[run for path in group for run in load_runs(path)] for group in args.repeats]
     except Refused as exc:
         print(f"bench/results.py: error: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(page(entries, argv))
+    sys.stdout.write(page(entries, argv, repeats))
     return 0
 
 

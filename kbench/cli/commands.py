@@ -47,7 +47,10 @@ def run_options(fn):
         click.option("--seed", type=int, envvar="KBENCH_SEED",
                      help="Root seed: every case gets a hidden seed from it (catches hard-coded cases)."),
         click.option("--timeout", type=float, default=120.0, show_default=True,
-                     help="Seconds any one call to a worker may take (loading plus setup gets 120 more)."),
+                     help="Seconds any one call to a worker may take (loading plus setup gets 120 more). "
+                          "Once a submission has timed out without answering any call, each later case's "
+                          "first call gets 50x the reference's time there, at least 3 s (one that hangs "
+                          "everywhere costs ~2.5 min on smoke); those cases run again in full if it answers."),
         click.option("--noise", type=float, default=StopRule.noise, show_default=True,
                      help="Stop sampling a case once the median's relative standard error is below this."),
         click.option("--budget", type=float, default=StopRule.budget_s, show_default=True,
@@ -279,7 +282,9 @@ def show(task_name, suite, wide):
 @cli.command(name="eval")
 @click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=Path))
 @run_options
-@click.option("--baseline", help="Baseline to compare with (default: the task's first; 'none' to skip).")
+@click.option("--baseline", help="Baseline to time beside the submission (default: the best installed: "
+                                  "flashinfer for qknorm and mla_decode, else torch / the eager reference; "
+                                  "FlexAttention for block_sparse_attn; 'none' to skip).")
 @click.option("--min-speedup", type=float,
               help="Fail (exit 1) below this geometric-mean speedup (not judged in CPU mode).")
 @click.option("--gpus", metavar="all|N|0,1",
@@ -297,6 +302,9 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
     --min-speedup), 1 when a case failed, was flagged or fell short, 2 on a usage error,
     3 when cases have no verdict because a GPU or a node was lost (not the submission's
     failure; the missing cases are named), 130 when interrupted (143 on SIGTERM).
+
+    The baseline is the best one installed (flashinfer where it is; --baseline picks
+    another), named in the summary line.
 
     \b
     Example:

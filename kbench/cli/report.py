@@ -36,7 +36,15 @@ GPU_HEADERS = CPU_HEADERS + ["time us", "iqr/2 us", "host us", "base us", "speed
 GPU_DROP = ("worst at", "host us", "% bw", "iqr/2 us", "GB/s", "rel err", "base us")
 
 
-def case_rows(run: dict) -> tuple[list[str], list[list]]:
+# --wide in CPU mode: "worst at" in full (the timed call's seed), the calls checked, the case's parameters
+CPU_WIDE = ["checked", "params"]
+
+
+def _params(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def case_rows(run: dict, wide: bool = False) -> tuple[list[str], list[list]]:
     timed = run["timing"]["meaningful"]
     # with --cuda-graph the host time is the capture's, not a call's
     replayed = run["timing"]["mode"] == "cuda-graph-replay"
@@ -53,8 +61,12 @@ def case_rows(run: dict) -> tuple[list[str], list[list]]:
                     "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                     "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
                     "-" if r.get("pct_of_copy_bw") is None else f"{r['pct_of_copy_bw']:.0f}%"]
+        elif wide:
+            checked = (1 + (r.get("samples") or 0)) if r["status"] == "passed" else "-"
+            row[4] = r.get("max_abs_err_at") or "-"
+            row += [checked, _params(r.get("params", {}))]
         rows.append(row)
-    return (GPU_HEADERS if timed else CPU_HEADERS), rows
+    return (GPU_HEADERS if timed else CPU_HEADERS + (CPU_WIDE if wide else [])), rows
 
 
 def _grouped(items: list[tuple[str, str]], total: int) -> list[str]:
@@ -89,7 +101,7 @@ def remarks(run: dict) -> list[str]:
 
 
 def text_report(run: dict, wide: bool = False) -> str:
-    headers, rows = case_rows(run)
+    headers, rows = case_rows(run, wide)
     table, hidden = render(headers, rows, wide=wide, drop=GPU_DROP)
     out = [table] + ([hidden_note(hidden)] if hidden else [])
     out += [lines(remark, wide) for remark in remarks(run)]   # --wide: each on one line, for grep

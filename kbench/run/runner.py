@@ -30,13 +30,19 @@ from kbench.tasks.interface import TASK
 from kbench.tasks.suites import Case, derive_seed
 from kbench.tasks.task import Task, submission_file
 
+# A submission that timed out on a case without ever answering a call probably hangs on every
+# case: until it answers one, each later case's first call gets CUT_FACTOR times the reference's
+# own time on that case (at least CUT_FLOOR_S) instead of the full --timeout. Once it answers,
+# the cases cut short run again with the full timeout: a slow shape is told from a hang.
+CUT_FLOOR_S = 3.0
+CUT_FACTOR = 50.0
 
 @dataclass
 class Options:
     suite: str = "quick"
     device: str = "cuda"
     only: tuple[str, ...] | None = None
-    baseline: str | None = None        # None = the task's first; "none" = no baseline
+    baseline: str | None = None        # None = the best installed (Task.default_baseline); "none" = no baseline
     baseline_path: Path | None = None  # a submission timed in the baseline's place (kbench compare)
     timeout: float = 120.0             # seconds for any one request to a worker
     seed: int | None = None            # root seed: every case gets a hidden seed from it
@@ -95,6 +101,10 @@ class Runner:
                                                               stop.max_samples))
         self.host_inputs: HostInputs | None = None   # the cases' first inputs, drawn ahead (run)
         self.other_contexts: list[dict] = []   # made after the workers' own (kbench/run/workers.py)
+        self.answered = False          # the submission has answered a call in this run
+        self.hung_on: str | None = None   # the case it first timed out on, having answered none
+        self.cut: list[str] = []       # cases whose first call got the cut deadline
+        self.reference_s = 0.0         # the reference's time on the current case's first inputs
 
     def _say(self, text: str) -> None:
         if self.options.progress:
@@ -119,7 +129,12 @@ class Runner:
             inputs = timed(self._params(case), self.options.device, self._params(case, index)["seed"])
         else:
             inputs = self.module.generate(self._params(case, index), self.options.device)
+        start = time.perf_counter()
         expected = self.module.reference(inputs)
+        if index == 0:
+            if self.options.device == "cuda":
+                torch.cuda.synchronize()
+            self.reference_s = time.perf_counter() - start
         pristine = {k: v.clone() for k, v in inputs.items()
                     if isinstance(v, torch.Tensor) and k not in self.mutable}
         return inputs, expected, pristine
@@ -159,9 +174,11 @@ class Runner:
         if failure:
             return case_record(case, failure.status, failure.reason)
         inputs, expected, pristine = self._make(case, 0)
-        reply = sub.request(protocol.Call(inputs, timed=False), "checking the first call")
+        deadline = self._first_call_deadline()
+        reply = sub.request(protocol.Call(inputs, timed=False), "checking the first call", timeout=deadline)
         if isinstance(reply, Failure):
-            return case_record(case, reply.status, reply.reason)
+            return case_record(case, reply.status, self._first_call_failed(case, reply, deadline))
+        self.answered = True
         verdict = self._verdict(reply, expected, inputs, pristine)
         del reply
         if not verdict.passed:
@@ -210,6 +227,23 @@ class Runner:
         if failed is not None:
             return failed
         return self._finish(case, worst, sub, base, series, base_failure, base_status)
+
+    def _first_call_deadline(self) -> float | None:
+        """The cut deadline (s) while the submission hangs as far as the run has seen, else None."""
+        if self.hung_on is None or self.answered:
+            return None
+        cut = max(CUT_FLOOR_S, CUT_FACTOR * self.reference_s)
+        return cut if cut < self.options.timeout else None
+
+    def _first_call_failed(self, case: Case, reply: Failure, deadline: float | None) -> str:
+        if reply.status != "timeout" or self.answered:
+            return reply.reason
+        if deadline is None:
+            self.hung_on = self.hung_on or case.name
+            return reply.reason
+        self.cut.append(case.name)
+        return (f"{reply.reason} (cut: nothing answered since the timeout on {self.hung_on}; "
+                f"{CUT_FACTOR:g}x the reference's {self.reference_s * 1e3:.2g} ms, at least {CUT_FLOOR_S:g} s)")
 
     def _follow_contexts(self, case: Case, pools: list[Replicas]) -> None:
         """Another CUDA context after every loaded worker's own, when one started since the last
@@ -268,13 +302,15 @@ class Runner:
         sub_series = series[id(sub)]
         device, settle = estimates.summarize(sub_series.device), estimates.summarize(sub_series.settle)
         host = estimates.summarize(sub_series.host)
-        pooled = sub_series.pooled(sub_series.device, self.processes)
+        timed = sub_series.device   # the figure's samples: the settle times where work was hidden
+        pooled = sub_series.pooled(timed, self.processes)
         latency, flags, notes = pooled.summary, [], []
         if self.options.device == "cuda":
             hidden = hidden_work(device, settle, estimates.summarize(sub_series.floor).median)
             if hidden:
                 flags.append(hidden)
-                pooled = sub_series.pooled(sub_series.settle, self.processes)
+                timed = sub_series.settle
+                pooled = sub_series.pooled(timed, self.processes)
                 latency = pooled.summary
             note = host_in_window(sub_series.held, len(sub_series.device))
             if note:
@@ -299,6 +335,8 @@ class Runner:
         # Each process's own median (ms): how far apart the processes were.
         record["latency_by_process_ms"] = [round(p.median, 6) for p in pooled.per_process]
         record["process_ids"] = sub.window   # which of the pool's processes, in that order
+        # Every timed call (ms), per process in process_ids' order: the distribution (kbench plot).
+        record["samples_ms"] = sub_series.by_process(timed, self.processes)
         if base_summary:
             record["baseline_gate_ms"] = round(estimates.summarize(b.gate).median, 3)
             # the baseline's host time inside the call (median, ms), as host_ms is the submission's
@@ -306,6 +344,7 @@ class Runner:
             record["baseline_sm_clock_mhz"] = median_clock(b.clock)
             record["baseline_by_process_ms"] = [round(p.median, 6) for p in base_pooled.per_process]
             record["baseline_process_ids"] = base.window
+            record["baseline_samples_ms"] = b.by_process(b.device, self.processes)
         return record
 
     # -- the whole run ------------------------------------------------------------------
@@ -331,19 +370,18 @@ class Runner:
             records = []
             for i, case in enumerate(cases):
                 self._say(f"[{i + 1}/{len(cases)}] {case.name}")
-                for target in (sub, base):
-                    if target is not None:
-                        target.begin_case(i)
-                case_start = time.perf_counter()
-                records.append(self.run_case(case, sub, base))
-                records[-1]["wall_s"] = round(time.perf_counter() - case_start, 2)
-                if options.on_case:
+                records.append(self._case_at(i, case, sub, base))
+                if options.on_case and case.name not in self.cut:
                     options.on_case(records[-1])
                 if options.warm_next and i == 0:
-                    from kbench.run import workers
                     workers.warm_for_next(sum(len(t.members) for t in (sub, base) if t is not None))
-                if options.device == "cuda":
-                    torch.cuda.empty_cache()
+            for i, case in enumerate(cases):   # a case cut short is kept only if nothing ever answered
+                if case.name in self.cut:
+                    if self.answered:
+                        self._say(f"[again] {case.name}: the full timeout, as a later case was answered")
+                        records[i] = self._case_at(i, case, sub, base)
+                    if options.on_case:
+                        options.on_case(records[i])
             fatal = None
             failure = sub.end_of_run("the end-of-run check")
             if failure is not None:
@@ -370,6 +408,17 @@ class Runner:
                           wall={"total_s": round(time.perf_counter() - began, 2), "startup": startup,
                                 "other_contexts": self.other_contexts})
 
+    def _case_at(self, i: int, case: Case, sub: Replicas, base: Replicas | None) -> dict:
+        for target in (sub, base):
+            if target is not None:
+                target.begin_case(i)
+        start = time.perf_counter()
+        record = self.run_case(case, sub, base)
+        record["wall_s"] = round(time.perf_counter() - start, 2)
+        if self.options.device == "cuda":
+            torch.cuda.empty_cache()
+        return record
+
     def _baseline_target(self, flush: int) -> Replicas | None:
         if self.options.baseline == "none":
             return None
@@ -385,10 +434,13 @@ class Runner:
             if self.options.baseline not in available:
                 raise KbenchError(f"baseline {self.options.baseline!r} cannot run on {self.options.device}")
             name = self.options.baseline
-        elif available:
-            name = next(iter(available))
+            missing = self.task.missing(name)
+            if missing:
+                raise KbenchError(f"baseline {name!r} needs {', '.join(missing)}, which is not installed here")
         else:
-            return None
+            name = self.task.default_baseline(self.options.device)
+            if name is None:
+                return None
         return self._replicas(name, available[name], flush, strict=False)
 
     def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:

@@ -112,9 +112,9 @@ class Target:
             self.ready()
         return self.load_failure
 
-    def request(self, message, what: str):
+    def request(self, message, what: str, timeout: float | None = None):
         """A ``protocol.Done`` or a Failure; the worker survives Python exceptions."""
-        reply = self.worker.request(message, what=what)
+        reply = self.worker.request(message, timeout=timeout, what=what)
         self._absorb(reply)
         return reply
 
@@ -198,9 +198,9 @@ class Replicas:
                 return failure
         return None
 
-    def request(self, message, what: str, process: int = 0):
-        """To this case's ``process``-th process."""
-        return self.members[self.window[process]].request(message, what)
+    def request(self, message, what: str, process: int = 0, timeout: float | None = None):
+        """To this case's ``process``-th process (``timeout``: this request's, else the run's)."""
+        return self.members[self.window[process]].request(message, what, timeout)
 
     def end_of_run(self, what: str) -> Failure | None:
         """The contract's end-of-run check in every loaded process that still runs: each has

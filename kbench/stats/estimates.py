@@ -260,6 +260,9 @@ class Series:
     def active(self) -> bool:
         return self.done is None and self.failed is None
 
+    def by_process(self, values: list[float], processes: int, digits: int = 6) -> list[list[float]]:
+        return [[round(v, digits) for v, p in zip(values, self.process) if p == k] for k in range(processes)]
+
     def pooled(self, values: list[float], processes: int) -> Pooled:
         return pool([[v for v, p in zip(values, self.process) if p == k] for k in range(processes)])
 

@@ -26,7 +26,7 @@ from types import MappingProxyType, ModuleType
 from kbench.errors import ContractError, KbenchError
 
 DEVICES = ("cpu", "cuda")
-BASELINE_KEYS = ("path", "devices")
+BASELINE_KEYS = ("path", "devices", "requires")
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,8 @@ def _baselines_problem(baselines: dict, path: Path) -> str | None:
         devices = entry.get("devices", DEVICES)
         if not _is_names(devices) or not set(devices) <= set(DEVICES):
             return f"{where}: 'devices' must be a tuple of {' and/or '.join(DEVICES)}, not {devices!r}"
+        if not _is_names(entry.get("requires", ())):
+            return f"{where}: 'requires' must be a tuple of module names, not {entry['requires']!r}"
     return None
 
 
@@ -153,8 +155,9 @@ TASK = Interface("task.py", (
          "the verdict of one call (build it with `kbench.tasks.check.compare` and `combine`)", args=3),
     Name("BASELINES", "BASELINES: dict[str, dict]",
          "name -> `{\"path\": file next to task.py, loadable by contract.load, \"devices\": (\"cpu\", "
-         "\"cuda\")}` (`devices` defaults to both); the first one that runs on the device is the one "
-         "speedups are measured against", required=False, kind="baselines",
+         "\"cuda\"), \"requires\": (\"flashinfer\",)}` (`devices` defaults to both, `requires`: modules "
+         "it imports beyond torch); best first: the default baseline is the first that runs on the device "
+         "with its modules installed (`--baseline NAME` picks another)", required=False, kind="baselines",
          default=MappingProxyType({})),
     Name("MUTABLE_INPUTS", "MUTABLE_INPUTS: tuple[str, ...]",
          "input names the call may change in place (mla_decode's cache); every other input is checked "

@@ -4,6 +4,7 @@ Nothing task-specific lives here.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -82,12 +83,21 @@ class Task:
         return found, select_cases(found, only)
 
     def baselines(self, device: str) -> dict[str, Path]:
-        """Baselines that can run on ``device``, by name, first = the one speedups use."""
+        """Baselines that can run on ``device``, by name, best first."""
         out = {}
         for name, spec in TASK.get(self.module, "BASELINES").items():
             if device in spec.get("devices", ("cpu", "cuda")):
                 out[name] = self.code_dir / spec["path"]
         return out
+
+    def missing(self, baseline: str) -> list[str]:
+        """The modules ``baseline`` requires that are not installed here."""
+        spec = TASK.get(self.module, "BASELINES").get(baseline, {})
+        return [m for m in spec.get("requires", ()) if importlib.util.find_spec(m) is None]
+
+    def default_baseline(self, device: str) -> str | None:
+        """The best baseline that can run here: the first on ``device`` with its modules installed."""
+        return next((name for name in self.baselines(device) if not self.missing(name)), None)
 
 
 def _roots() -> list[tuple[Path, Path]]:

@@ -21,7 +21,7 @@ RTOL, ATOL = 1e-2, 5e-3
 # 65% of the time with two processes and about 93% with eight (docs/measurement.md, "Processes").
 GPU_POOL = 8
 BASELINES = {
-    "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",)},
+    "flashinfer": {"path": "baseline_flashinfer.py", "devices": ("cuda",), "requires": ("flashinfer",)},
     "torch": {"path": "baseline_torch.py", "devices": ("cpu", "cuda")},
 }
 

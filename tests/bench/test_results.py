@@ -123,6 +123,28 @@ def test_a_gpu_run_gives_card_date_commit_command_and_a_row_per_case(tmp_path, c
     assert any(line.startswith("- note: host-bound on 2 of 2 timed cases") for line in lines)
 
 
+def test_back_to_back_runs_give_the_ceilings_and_roofline_shares_run_to_run(tmp_path, capsys):
+    runs = []
+    for i, (fresh, scale) in enumerate([(2999.0, 1.0), (2990.5, 1.01), (3004.0, 0.995)]):
+        run = gpu_run()
+        run["device"] = dict(H100, copy_gbps_this_run=fresh, matmul_bf16_tflops_this_run=780.0 + i)
+        for case in run["cases"]:
+            case["latency_ms"] /= scale
+        runs.append(write(tmp_path / f"default-{i + 1}.json", run))
+    code, out, err = run_main([runs[0], "--repeats", *runs], capsys)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert "### Run to run: 3 back-to-back runs on NVIDIA H100 80GB HBM3" in lines
+    assert "| 2 | 3001 | 2990 | 781 | 781 | 1.517x |" in lines
+    assert "| spread | 0.00% | 0.45% | 0.00% | 0.26% | 0.00% |" in lines
+    case = gpu_run()["cases"][1]   # the b256 case, its time scaled per run
+    share = case["roofline_ms"] / case["latency_ms"]
+    low, high = share * 0.995, share * 1.01
+    row = [line for line in lines if line.startswith("| kv32_q32_d128_b256 |")][-1]
+    assert row == f"| kv32_q32_d128_b256 | {100 * low:.2f}% | {100 * high:.2f}% | {100 * (high / low - 1):.2f}% |"
+    assert f"The roofline shares of one case lie at most {100 * (high / low - 1):.2f}% apart over the 3 runs." in lines
+
+
 def test_a_failed_case_shows_its_status_and_no_geomean(tmp_path, capsys):
     code, out, _ = run_main([write(tmp_path / "r.json", gpu_run(fail=True))], capsys)
     assert code == 0

@@ -19,6 +19,11 @@ def test_the_error_columns_are_the_worst_over_every_checked_call():
     row = next(line for line in text_report(run).splitlines() if line.startswith(CASE))
     assert row.split()[2:4] == [f"{case['max_abs_err']:.2g}", f"{case['max_rel_err']:.2g}"]
     assert row.split()[4:6] == ["timed", case["max_abs_err_at"].split()[2]]
+    # --wide in CPU mode: the worst call in full with its seed, the calls checked, the parameters
+    header, row = (line for line in text_report(run, wide=True).splitlines() if line.startswith(("case ", CASE)))
+    assert header.split()[-2:] == ["checked", "params"]
+    assert case["max_abs_err_at"] in row and f" {1 + case['samples']} " in row
+    assert "batch=3 num_qo_heads=5 num_kv_heads=2 head_dim=64" in row and "not shown" not in row
 
 
 def test_an_exact_submission_reports_zero_error_at_its_first_call():

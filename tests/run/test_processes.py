@@ -6,7 +6,7 @@ from kbench import protocol
 from kbench.run.runner import Runner
 from kbench.run.targets import Target, WorkerProcess
 from kbench.stats.compare import compare_cases
-from kbench.stats.estimates import PROCESS_REL, StopRule, pool
+from kbench.stats.estimates import PROCESS_REL, StopRule, pool, summarize
 from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES, cpu_options
 
@@ -63,6 +63,10 @@ def test_a_run_times_every_target_round_the_processes(monkeypatch):
     # at least three timed calls in each process before the target may stop
     assert case["samples"] == 6 and len(case["latency_by_process_ms"]) == 2
     assert case["latency_ms"] == pytest.approx(sum(case["latency_by_process_ms"]) / 2, rel=1e-4)
+    # every timed call kept, per process: each process's median is its own samples' median
+    assert [len(s) for s in case["samples_ms"]] == [3, 3]
+    for samples, median in zip(case["samples_ms"], case["latency_by_process_ms"]):
+        assert summarize(samples).median == pytest.approx(median, rel=1e-4)
     assert case["sm_clock_mhz"] is None   # no gate on the CPU, so no clock reading and no note
 
 
@@ -71,10 +75,10 @@ def test_cases_take_turns_round_the_pool(monkeypatch):
     timed_by, current = [], set()
     real_request = Target.request
 
-    def request(self, message, what):
+    def request(self, message, what, timeout=None):
         if isinstance(message, protocol.Call) and message.timed:
             current.add(id(self))
-        return real_request(self, message, what)
+        return real_request(self, message, what, timeout)
 
     def on_case(record):
         timed_by.append(set(current))
@@ -99,12 +103,12 @@ def test_the_end_of_run_check_runs_in_every_process_of_the_pool(monkeypatch):
     # second process shows only there, so the check must reach every process that timed
     asked, real_request = [], Target.request
 
-    def request(self, message, what):
+    def request(self, message, what, timeout=None):
         if isinstance(message, protocol.AfterRun):
             asked.append(id(self))
             if len(asked) == 2:   # the pool's second process saw a change
                 return protocol.Failure("invalid", "compile cache changed after setup", True)
-        return real_request(self, message, what)
+        return real_request(self, message, what, timeout)
 
     monkeypatch.setattr(Target, "request", request)
     options = cpu_options(processes=2, pool=3, only=("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16"),
@@ -195,9 +199,9 @@ def test_no_process_of_the_pool_is_still_loading_when_the_first_case_is_timed(mo
         events.append(("ready", self.label))
         return real_ready(self)
 
-    def request(self, message, what):
+    def request(self, message, what, timeout=None):
         events.append((type(message).__name__, self.label))
-        return real_request(self, message, what)
+        return real_request(self, message, what, timeout)
 
     monkeypatch.setattr(Target, "ready", ready)
     monkeypatch.setattr(Target, "request", request)

@@ -59,3 +59,24 @@ def test_a_baseline_that_misses_the_tolerance_is_timed_and_reported(tmp_path, mo
     assert case["speedup"] > 0 and case["baseline"] == "sloppy"
     assert case["baseline_problem"].startswith("baseline sloppy mismatch: out: ")
     assert "timed anyway" in case["baseline_problem"]
+
+
+def test_the_default_baseline_is_the_best_one_installed(tmp_path, monkeypatch):
+    """BASELINES lists the best first; one whose modules are missing here is passed over by
+    default and refused in one line when asked for by name."""
+    good, _ = make_task(tmp_path)
+    code = tmp_path / "reference" / "scaleadd"
+    (code / "fancy.py").write_text("import kbench_no_such_library\n")
+    task_py = code / "task.py"
+    task_py.write_text(task_py.read_text().replace(
+        'BASELINES = {', 'BASELINES = {"fancy": {"path": "fancy.py", "requires": ("kbench_no_such_library",)}, '))
+    monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(cli, ["eval", str(good), "--device", "cpu", "--min-samples", "2",
+                                      "--max-samples", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["baseline"] == "eager"
+    result = CliRunner().invoke(cli, ["eval", str(good), "--device", "cpu", "--baseline", "fancy"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("Error: baseline 'fancy' needs kbench_no_such_library, "
+                                      "which is not installed here")
