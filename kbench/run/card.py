@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -58,16 +57,15 @@ def measure_matmul_tflops(n: int = 8192, trials: int = 5, warmup_s: float = 0.2)
     return max(rates), 100 * (max(rates) - min(rates)) / max(rates)
 
 
-# The ceilings are read once per card, driver and clocks, thoroughly (FIRST_TRIALS), and kept
-# (KBENCH_CACHE_DIR, else ~/.cache/kbench): one run that read its copy bandwidth 11% low (a busy
-# or slow moment) gave every roofline ratio of that run 11% off, and on one H100 the bf16 matmul
-# rate read 739-780 TFLOP/s over ten runs (a card at its power cap). Each later run reads again
-# (CHECK_TRIALS) and its reading is kept with the card's last KEEP_READINGS; the kept ceiling moves
-# only when their median (of at least MOVE_READINGS) has moved more than MOVE_PCT from it, and says so. A reading more than
-# AGREE_PCT under the kept ceiling is said in the run's notes (the kept ceiling is used).
+# The ceilings are read once per card, driver, clocks and power limit, thoroughly (FIRST_TRIALS),
+# and kept (KBENCH_CACHE_DIR, else ~/.cache/kbench): one run that read its copy bandwidth 11% low
+# (a busy or slow moment) gave every roofline ratio of that run 11% off, and on one H100 the bf16
+# matmul rate read 679-770 TFLOP/s over fifteen runs (a card at its power cap); a ceiling that
+# followed them moved every roofline ratio with it. Each later run reads again (CHECK_TRIALS),
+# records its reading beside the kept one (the card's last KEEP_READINGS are kept too) and says
+# so when it is more than AGREE_PCT away; the kept ceiling is used. Delete the file to read again.
 FIRST_TRIALS, CHECK_TRIALS = 15, 5
-KEEP_READINGS, MOVE_READINGS = 20, 5
-MOVE_PCT = 1.0
+KEEP_READINGS = 20
 AGREE_PCT = 3.0
 # The spec sheet's peaks (dense bf16): a measured ceiling above its card's is a wrong measurement.
 SPEC = {"H100 80GB HBM3": {"copy_gbps": 3350.0, "matmul_bf16_tflops": 989.4},
@@ -108,15 +106,11 @@ def kept_ceilings(key: str, fresh: dict[str, tuple[float, float]], spec: dict | 
             readings = kept["readings"] if isinstance(kept.get("readings"), list) else [kept["value"]]
             readings = (readings + [round(value, 1)])[-KEEP_READINGS:]
             kept = {**kept, "readings": readings}
-            median = statistics.median(readings)
-            if len(readings) >= MOVE_READINGS and abs(median / kept["value"] - 1) > MOVE_PCT / 100:
-                notes.append(f"the {what} this card shows moved: the median of its last {len(readings)} readings "
-                             f"is {median:.1f} {unit}, {100 * (median / kept['value'] - 1):+.1f}% from the "
-                             f"{kept['value']:g} kept: rooflines use {median:.1f} from this run on")
-                kept["value"] = round(median, 1)
-            elif value < kept["value"] * (1 - AGREE_PCT / 100):
-                notes.append(f"the {what} read {value:.1f} {unit} in this run, {100 * (1 - value / kept['value']):.1f}% "
-                             f"under the {kept['value']:g} this card has shown (busy or throttled?): "
+            off = value / kept["value"] - 1
+            if abs(off) > AGREE_PCT / 100:
+                why = "busy or throttled?" if off < 0 else f"delete {_cache_path()} to read the card again"
+                notes.append(f"the {what} read {value:.1f} {unit} in this run, {100 * abs(off):.1f}% "
+                             f"{'under' if off < 0 else 'over'} the {kept['value']:g} kept for this card ({why}): "
                              f"rooflines use {kept['value']:g}")
         if kept is not None:
             entry[name] = kept
