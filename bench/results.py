@@ -177,6 +177,10 @@ def command_of(run: dict, given: str | None) -> str:
         words += ["--cuda-connections", str(timing["cuda_connections"])]
     if timing.get("root_seed") is not None:
         words += ["--seed", str(timing["root_seed"])]
+    if timing.get("processes") not in (None, 2):   # kbench's defaults on a GPU: 2 processes, 1% noise
+        words += ["--processes", str(timing["processes"])]
+    if timing.get("noise_target") not in (None, 0.01):
+        words += ["--noise", f"{timing['noise_target']:g}"]
     return shlex.join(words)
 
 

@@ -176,13 +176,14 @@ def test_several_cards_stand_side_by_side_each_naming_its_card(tmp_path, capsys)
 
 def test_the_command_is_rebuilt_from_the_record_or_taken_as_given(tmp_path, capsys):
     run = gpu_run()
-    run["timing"].update(mode="cuda-graph-replay", cuda_connections=1, root_seed=1234)
+    run["timing"].update(mode="cuda-graph-replay", cuda_connections=1, root_seed=1234, processes=8,
+                         noise_target=0.004)
     run["baseline"] = None
     run["kbench_commit"] = "feedbee"
     code, out, _ = run_main([write(tmp_path / "g.json", run)], capsys)
     assert code == 0
     assert ("- command: `kbench eval submissions/qknorm --suite quick --baseline none --cuda-graph "
-            "--cuda-connections 1 --seed 1234`") in out
+            "--cuda-connections 1 --seed 1234 --processes 8 --noise 0.004`") in out
     assert "commit feedbee" in out and "CUDA-graph replays" in out
     assert "| host us" not in out  # a graph replay's host time is the capture's
     code, out, _ = run_main([write(tmp_path / "g2.json", gpu_run()), "--command", "kbench eval x --suite quick"],
