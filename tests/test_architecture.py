@@ -106,7 +106,7 @@ def test_every_module_is_small_and_says_what_it_is():
         if path.name != "__main__.py" and not (doc and len(doc.splitlines()[0]) <= 110):
             problems.append(f"{rel}: no one-line docstring")
     assert problems == []
-    assert count <= 27   # a few modules a layer, each named by what it is
+    assert count <= 28   # a few modules a layer, each named by what it is
 
 
 WORDS = re.compile(r"\bsessions?\b|\bissue \d+|\brulings?\b|\bthe owner\b|\bacc\d+[a-z]?\b", re.IGNORECASE)

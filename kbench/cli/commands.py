@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from kbench import api
+from kbench.cli import plot as charts
 from kbench.cli.report import compare_report, hidden_note, lines, markdown_report, render, text_report
 from kbench.errors import KbenchError
 from kbench.stats.compare import regressed
@@ -173,9 +174,9 @@ def check_paths(paths) -> None:
             raise UsageProblem(f"{on_disk}: no such file or directory")
 
 
-def check_outputs(kw: dict) -> None:
-    """--json and --markdown, checked before the run: a path that cannot be written would lose it."""
-    for option, path in (("--json", kw["json_path"]), ("--markdown", kw["md_path"])):
+def check_outputs(kw: dict, *charts_at) -> None:
+    """--json, --markdown and ``charts_at``, checked before the run: a path that cannot be written would lose it."""
+    for option, path in (("--json", kw.get("json_path")), ("--markdown", kw.get("md_path")), *charts_at):
         if path is None:
             continue
         if path.is_dir():
@@ -185,6 +186,8 @@ def check_outputs(kw: dict) -> None:
             raise UsageProblem(f"{option} {path}: {existing} is a file, not a folder")
         if not os.access(existing if existing != path else path, os.W_OK):
             raise UsageProblem(f"{option} {path}: not writable")
+    for option, path in charts_at:   # a KbenchError: the caller's usage_errors() makes it one line
+        charts.check_output(option, path)
 
 
 def write(kw: dict, payload: dict, markdown: str) -> None:
@@ -351,7 +354,9 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
 @click.option("--normalize", is_flag=True,
               help="Two saved results: take B/A against the baseline each timed beside the "
                    "submission (cancels a drift of the card; adds the baseline's own noise).")
-def compare(a, b, fail_pct, normalize, **kw):
+@click.option("--plot", "plot_path", metavar="FILE", type=click.Path(path_type=Path), help=charts.PLOT_HELP)
+@usage_errors()
+def compare(a, b, fail_pct, normalize, plot_path, **kw):
     """Compare B against A: per-case FASTER / SLOWER / SAME / UNSURE from both medians' spread.
 
     A and B are each a saved result (kbench eval --json; FILE.json:NAME picks submission
@@ -367,7 +372,7 @@ def compare(a, b, fail_pct, normalize, **kw):
         kbench compare submissions/qknorm my_kernel --suite quick
     """
     check_paths((a, b))
-    check_outputs(kw)
+    check_outputs(kw, ("--plot", plot_path))
     saved = saved_result(a) and saved_result(b)
     progress = Progress(kw["quiet"])
     if saved:
@@ -376,17 +381,27 @@ def compare(a, b, fail_pct, normalize, **kw):
             notice(f"ignored with two saved results (nothing is run): {', '.join(ignored)}")
     elif normalize:
         notice("--normalize ignored: it takes two saved results")
-    with usage_errors():
-        result = api.compare(a, b, task=kw["task_name"], normalize=normalize, notices=progress.notices,
-                             **({} if saved else settings(kw, progress=progress)))
+    result = api.compare(a, b, task=kw["task_name"], normalize=normalize, notices=progress.notices,
+                         **({} if saved else settings(kw, progress=progress)))
     progress.done()
     result["summary"]["fail_if_slower"] = fail_pct
     click.echo(compare_report(result, wide=kw["wide"]))
     write(kw, result, compare_report(result, markdown=True))
+    charts.draw((a, b) if saved else (), plot_path, result)
     reasons = regressed(result, fail_pct)
     for reason in reasons:
         notice(f"regression: {reason}")
     sys.exit(1 if reasons else 0)
+
+
+@cli.command(help=charts.HELP)
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "out", metavar="FILE", required=True, type=click.Path(path_type=Path), help=charts.OUTPUT_HELP)
+@usage_errors()
+def plot(results, out):
+    check_paths(results)
+    check_outputs({}, ("-o", out))
+    charts.draw(results, out)
 
 
 def ranking(runs: list[dict], wide: bool = False) -> str:

@@ -118,6 +118,13 @@ def test_help_names_every_exit_code():
         assert "2 on a usage error" in " ".join(text.split()) and "130 when interrupted" in " ".join(text.split())
 
 
+def test_eval_help_names_the_default_baselines_and_what_a_hang_costs():
+    text = " ".join(CliRunner().invoke(cli, ["eval", "--help"]).output.split())
+    assert "default: the best installed: flashinfer for qknorm and mla_decode" in text
+    assert "FlexAttention for block_sparse_attn" in text
+    assert "one that hangs everywhere costs ~2.5 min on smoke" in text
+
+
 def test_reason_lines_fit_100_columns_unless_wide():
     import kbench
     from kbench.cli.report import text_report
