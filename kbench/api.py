@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import os
 from pathlib import Path
 
@@ -64,6 +65,15 @@ def options(device: str = "auto", *, suite: str | None = None, cases=(), baselin
     stop rule's settings given here; None is the stop rule's default)."""
     from kbench.run.runner import Options
 
+    for name, value, low in (("--timeout", timeout, 0.0), ("--budget", budget_s, 0.0), ("--noise", noise, None)):
+        if value is not None and not (math.isfinite(value) and (value > low if low is not None else value >= 0)):
+            raise KbenchError(f"{name} {value:g}: give a finite number {'above 0' if low is not None else 'of 0 or more'}")
+    for name, value in (("--min-samples", min_samples), ("--max-samples", max_samples)):
+        if value is not None and value < 1:
+            raise KbenchError(f"{name} {value}: give 1 or more")
+    if (min_samples or StopRule.min_samples) > (max_samples or StopRule.max_samples):
+        raise KbenchError(f"--min-samples {min_samples or StopRule.min_samples} is over --max-samples "
+                          f"{max_samples or StopRule.max_samples}")
     device = resolve_device(device, notices)
     if cuda_graph and device != "cuda":
         raise KbenchError("--cuda-graph needs a CUDA device")
@@ -79,7 +89,8 @@ def options(device: str = "auto", *, suite: str | None = None, cases=(), baselin
             _say(notices, f"CPU mode: capped to {', '.join(cut)} (timings are not meaningful there)")
         stop = {k: min(v, CPU_CAPS[k]) for k, v in stop.items()}
     return Options(suite=suite or ("quick" if device == "cuda" else "smoke"), device=device,
-                   only=tuple(cases) or None, baseline=baseline, baseline_path=baseline_path, timeout=timeout,
+                   only=tuple(dict.fromkeys(cases)) or None,   # a case given twice runs once
+                   baseline=baseline, baseline_path=baseline_path, timeout=timeout,
                    seed=seed, stop=StopRule(noise=noise, min_samples=stop["min_samples"],
                                             max_samples=stop["max_samples"], budget_s=stop["budget_s"]),
                    cuda_graph=cuda_graph, cuda_connections=cuda_connections, processes=stop["processes"],
@@ -137,12 +148,7 @@ def evaluate_many(submissions, *, task: str | None = None, gpus: str | None = No
     if gpus is not None and ray is not None:
         raise KbenchError("--gpus and --ray: give one (--ray runs on the GPUs of a cluster's hosts)")
     opts = options(notices=notices, **settings)
-    tasks = {p: task_of(p, task) for p in paths}
-    names = {t.name for t in tasks.values()}
-    if len(names) > 1:
-        raise KbenchError(f"submissions of different tasks ({', '.join(sorted(names))}): one task per run")
-    found = next(iter(tasks.values()))
-    found.cases(opts.suite, opts.only, opts.device)   # before the first submission's workers start
+    found = one_task(paths, task, opts)
     if gpus is not None:
         from kbench.scaleout.gpus import parse_gpus, run_on_gpus, visible_gpus
 
@@ -161,6 +167,17 @@ def evaluate_many(submissions, *, task: str | None = None, gpus: str | None = No
 
     return [Runner(found, dataclasses.replace(opts, warm_next=i + 1 < len(paths))).run(p)
             for i, p in enumerate(paths)]
+
+
+def one_task(submissions, task: str | None, opts):
+    """The one task of ``submissions``, its suite and cases checked against ``opts`` (``options()``):
+    a mistake is said before the first submission's workers start, and no finished run is lost to it."""
+    tasks = {t.name: t for t in (task_of(p, task) for p in submissions)}
+    if len(tasks) > 1:
+        raise KbenchError(f"submissions of different tasks ({', '.join(sorted(tasks))}): one task per run")
+    found = next(iter(tasks.values()))
+    found.cases(opts.suite, opts.only, opts.device)
+    return found
 
 
 def compare(a, b, *, task: str | None = None, normalize: bool = False, notices: list[str] | None = None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,7 +11,17 @@ import click
 
 from kbench import api
 from kbench.cli import plot as charts
-from kbench.cli.report import compare_report, hidden_note, lines, markdown_report, render, text_report
+from kbench.cli.report import (
+    Progress,
+    compare_report,
+    hidden_note,
+    lines,
+    markdown_report,
+    notice,
+    ranking,
+    render,
+    text_report,
+)
 from kbench.errors import KbenchError
 from kbench.stats.compare import regressed
 from kbench.stats.estimates import DEFAULT_PROCESSES, StopRule
@@ -28,10 +37,6 @@ class UsageProblem(click.ClickException):
     """A user mistake: one line on stderr, exit code 2."""
 
     exit_code = 2
-
-
-def notice(text: str) -> None:
-    click.echo(f"kbench: {text}", err=True)
 
 
 def wide_option(fn):
@@ -99,47 +104,6 @@ def given(names) -> list[str]:
     return out
 
 
-class Progress:
-    """stderr while a run goes: notices first (said once, when the first case starts, so a
-    usage error is never preceded by them), then on a terminal a live line per case, on a
-    pipe a line at most every ``interval`` seconds (a long CPU run is not silent in CI)."""
-
-    def __init__(self, quiet: bool, interval: float = 10.0, clock=time.monotonic, stream=None):
-        self.quiet, self.interval, self.clock = quiet, interval, clock
-        self.stream = stream if stream is not None else sys.stderr
-        self.notices: list[str] = []
-        self.last: float | None = None
-        self.live = False
-
-    def __call__(self, text: str) -> None:
-        self._say_notices()
-        if self.quiet:
-            return
-        if self.stream.isatty():
-            click.echo(f"\r\033[Kkbench: {text}", err=True, nl=False)
-            self.live = True
-            return
-        now = self.clock()
-        if self.last is None:
-            self.last = now
-        elif now - self.last >= self.interval:
-            self.last = now
-            click.echo(f"kbench: {text}", err=True)
-
-    def _say_notices(self) -> None:
-        """The notices so far; -q keeps only the warnings."""
-        for line in self.notices:
-            if not self.quiet or line.startswith("warning"):
-                notice(line)
-        self.notices = []
-
-    def done(self) -> None:
-        self._say_notices()   # what came after the last progress line (compare's warnings)
-        if self.live:
-            click.echo("\r\033[K", err=True, nl=False)
-            self.live = False
-
-
 STOP_OPTIONS = {"budget_s": "budget", "min_samples": "min_samples", "max_samples": "max_samples"}
 
 
@@ -152,6 +116,28 @@ def settings(kw: dict, **extra) -> dict:
             # the stop rule's options only where given: the API caps those in CPU mode, and says so
             **{name: kw[option] for name, option in STOP_OPTIONS.items() if f"--{option.replace('_', '-')}" in typed},
             **extra}
+
+
+@contextmanager
+def one_line_usage():
+    """click's usage errors (a bad option or value, a missing argument) as one line, naming the help."""
+    try:
+        yield
+    except click.UsageError as exc:
+        if exc.ctx is None:
+            raise
+        short = UsageProblem(f"{exc.format_message()} (see: {exc.ctx.command_path} --help)")
+        raise short from None
+
+
+class Commands(click.Group):
+    def make_context(self, *args, **kwargs):
+        with one_line_usage():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with one_line_usage():
+            return super().invoke(ctx)
 
 
 @contextmanager
@@ -170,22 +156,30 @@ def saved_result(path: Path) -> bool:
 def check_paths(paths) -> None:
     for path in paths:
         on_disk = Path(str(path).rsplit(":", 1)[0]) if ".json:" in str(path) else path
-        if not on_disk.exists():
-            raise UsageProblem(f"{on_disk}: no such file or directory")
+        try:
+            if not on_disk.exists():
+                raise UsageProblem(f"{on_disk}: no such file or directory")
+        except OSError as exc:   # a name too long, a loop of links
+            raise UsageProblem(f"{on_disk}: {exc.strerror}") from None
 
 
 def check_outputs(kw: dict, *charts_at) -> None:
     """--json, --markdown and ``charts_at``, checked before the run: a path that cannot be written would lose it."""
-    for option, path in (("--json", kw.get("json_path")), ("--markdown", kw.get("md_path")), *charts_at):
-        if path is None:
-            continue
-        if path.is_dir():
-            raise UsageProblem(f"{option} {path}: is a folder; give a file's path")
-        existing = next(p for p in (path, *path.parents) if p.exists())
+    outputs = [(o, p) for o, p in (("--json", kw.get("json_path")), ("--markdown", kw.get("md_path")), *charts_at) if p]
+    for option, path in outputs:
+        try:
+            if path.is_dir():
+                raise UsageProblem(f"{option} {path}: is a folder; give a file's path")
+            existing = next(p for p in (path, *path.parents) if p.exists())
+        except OSError as exc:
+            raise UsageProblem(f"{option} {path}: {exc.strerror}") from None
         if existing != path and not existing.is_dir():
             raise UsageProblem(f"{option} {path}: {existing} is a file, not a folder")
         if not os.access(existing if existing != path else path, os.W_OK):
             raise UsageProblem(f"{option} {path}: not writable")
+        same = [o for o, p in outputs if o != option and p.resolve() == path.resolve()]
+        if same:
+            raise UsageProblem(f"{option} and {same[0]} name the same file, {path}: give each its own")
     for option, path in charts_at:   # a KbenchError: the caller's usage_errors() makes it one line
         charts.check_output(option, path)
 
@@ -207,7 +201,7 @@ def write(kw: dict, payload: dict, markdown: str) -> None:
             sys.exit(2)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kbench")
 def cli():
     """kbench: is this GPU kernel correct, and how fast is it against its baseline?
@@ -322,6 +316,8 @@ def eval_cmd(submissions, baseline, min_speedup, gpus, ray_address, **kw):
             api.task_of(path, kw["task_name"])
         device = api.resolve_device(kw["device"], progress.notices)
         run = settings(kw, baseline=baseline, progress=progress, notices=progress.notices, device=device)
+        if len(submissions) > 1:   # every submission's task and cases, before the first one runs
+            api.one_task(submissions, kw["task_name"], api.options(**{**run, "notices": None, "progress": None}))
         runs = []
         if gpus is not None or ray_address is not None:
             runs = api.evaluate_many(submissions, task=kw["task_name"], gpus=gpus, ray=ray_address, **run)
@@ -402,27 +398,6 @@ def plot(results, out):
     check_paths(results)
     check_outputs({}, ("-o", out))
     charts.draw(results, out)
-
-
-def ranking(runs: list[dict], wide: bool = False) -> str:
-    """Submissions ranked by cases passed, then geomean speedup (on CUDA); equal keys share a rank
-    (competition ranking: 1, 1, 3), as CPU-mode runs passing alike do."""
-    timed = all(r["timing"]["meaningful"] for r in runs)
-
-    def key(r):
-        s = r["summary"]
-        return (-(s["passed"] == s["total"]), -s["passed"], -((s["geomean_speedup"] or 0) if timed else 0))
-
-    order = sorted(runs, key=key)
-    ranks = [1 + next(j for j, other in enumerate(order) if key(other) == key(r)) for r in order]
-    rows = [[rank, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"
-             + (f" ({r['summary']['lost']} lost)" if r["summary"].get("lost") else "")]
-            + ([] if not timed else ["-" if r["summary"]["geomean_speedup"] is None
-                                     else f"{r['summary']['geomean_speedup']:.3f}x"])
-            for rank, r in zip(ranks, order)]
-    headers = ["rank", "submission", "passed"] + (["geomean speedup"] if timed else [])
-    table, hidden = render(headers, rows, wide=wide)
-    return "\n".join([table] + ([hidden_note(hidden)] if hidden else []))
 
 
 EXIT_INCOMPLETE = 3   # cases lost with a GPU or node: no verdict, not the submission's failure

@@ -1,4 +1,4 @@
-"""Reports for people: tables that fit 100 columns, run and comparison summaries, Markdown.
+"""Reports for people: tables that fit 100 columns, run and comparison summaries, Markdown, progress.
 
 Tables fit 100 columns unless ``wide`` (kbench/cli/report.py). CPU-mode timings are interpreter
 wall clock, not the kernel's speed: no time, speedup or bandwidth figure is printed for them
@@ -6,8 +6,11 @@ wall clock, not the kernel's speed: no time, speedup or bandwidth figure is prin
 """
 from __future__ import annotations
 
+import sys
 import textwrap
+import time
 
+import click
 import tabulate as tabulate_module
 from tabulate import tabulate
 
@@ -292,3 +295,69 @@ def lines(text: str, wide: bool = False) -> str:
 
 def hidden_note(hidden: list[str]) -> str:
     return (f"(not shown, to fit {WIDTH} columns: {', '.join(hidden)}; --wide shows them)" if hidden else "")
+
+
+def ranking(runs: list[dict], wide: bool = False) -> str:
+    """Submissions ranked by cases passed, then geomean speedup (on CUDA); equal keys share a rank
+    (competition ranking: 1, 1, 3), as CPU-mode runs passing alike do."""
+    timed = all(r["timing"]["meaningful"] for r in runs)
+
+    def key(r):
+        s = r["summary"]
+        return (-(s["passed"] == s["total"]), -s["passed"], -((s["geomean_speedup"] or 0) if timed else 0))
+
+    order = sorted(runs, key=key)
+    ranks = [1 + next(j for j, other in enumerate(order) if key(other) == key(r)) for r in order]
+    rows = [[rank, r["submission"], f"{r['summary']['passed']}/{r['summary']['total']}"
+             + (f" ({r['summary']['lost']} lost)" if r["summary"].get("lost") else "")]
+            + ([] if not timed else ["-" if r["summary"]["geomean_speedup"] is None
+                                     else f"{r['summary']['geomean_speedup']:.3f}x"])
+            for rank, r in zip(ranks, order)]
+    headers = ["rank", "submission", "passed"] + (["geomean speedup"] if timed else [])
+    table, hidden = render(headers, rows, wide=wide)
+    return "\n".join([table] + ([hidden_note(hidden)] if hidden else []))
+
+
+def notice(text: str) -> None:
+    click.echo(f"kbench: {text}", err=True)
+
+
+class Progress:
+    """stderr while a run goes: notices first (said once, when the first case starts, so a
+    usage error is never preceded by them), then on a terminal a live line per case, on a
+    pipe a line at most every ``interval`` seconds (a long CPU run is not silent in CI)."""
+
+    def __init__(self, quiet: bool, interval: float = 10.0, clock=time.monotonic, stream=None):
+        self.quiet, self.interval, self.clock = quiet, interval, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.notices: list[str] = []
+        self.last: float | None = None
+        self.live = False
+
+    def __call__(self, text: str) -> None:
+        self._say_notices()
+        if self.quiet:
+            return
+        if self.stream.isatty():
+            click.echo(f"\r\033[Kkbench: {text}", err=True, nl=False)
+            self.live = True
+            return
+        now = self.clock()
+        if self.last is None:
+            self.last = now
+        elif now - self.last >= self.interval:
+            self.last = now
+            click.echo(f"kbench: {text}", err=True)
+
+    def _say_notices(self) -> None:
+        """The notices so far; -q keeps only the warnings."""
+        for line in self.notices:
+            if not self.quiet or line.startswith("warning"):
+                notice(line)
+        self.notices = []
+
+    def done(self) -> None:
+        self._say_notices()   # what came after the last progress line (compare's warnings)
+        if self.live:
+            click.echo("\r\033[K", err=True, nl=False)
+            self.live = False

@@ -63,6 +63,8 @@ def load_result(source) -> dict:
             data = json.loads(Path(text).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise KbenchError(f"{text}: not a kbench JSON result ({exc})") from None
+        except RecursionError:
+            raise KbenchError(f"{text}: not a kbench JSON result (nested too deep to read)") from None
     if isinstance(data, dict) and isinstance(data.get("runs"), list):
         runs = [r for r in data["runs"] if isinstance(r, dict)]
         names = [str(r.get("submission", "?")) for r in runs]
@@ -76,8 +78,9 @@ def load_result(source) -> dict:
         raise KbenchError(f"{where}: holds one run, not several; drop :{name}")
     if not (isinstance(data, dict) and isinstance(data.get("task"), str) and isinstance(data.get("cases"), list)
             and all(isinstance(c, dict) and isinstance(c.get("case"), str) and isinstance(c.get("status"), str)
-                    for c in data["cases"])):
-        raise KbenchError(f"{where}: not a kbench JSON result (no 'task' and list of case records)")
+                    and isinstance(c.get("params"), dict) for c in data["cases"])):
+        raise KbenchError(f"{where}: not a kbench JSON result (no 'task' and list of case records with "
+                          f"'case', 'status' and 'params')")
     if data.get("timing", {}).get("meaningful") and "processes" not in data["timing"]:
         raise KbenchError(f"{where}: saved by an older kbench whose intervals leave out the spread "
                           f"between processes; run it again to compare")

@@ -140,3 +140,54 @@ def test_mla_decode_lists_its_smoke_suite_first():
     from kbench.tasks.task import get_task
 
     assert next(iter(get_task("mla_decode").suites)) == "smoke"
+
+
+LONG = "a" * 300   # a name over the file system's 255 bytes
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval"], "Missing argument 'SUBMISSIONS...'. (see: cli eval --help)"),
+    (["eval", QKNORM, "--processes", "0"], "Invalid value for '--processes': 0 is not in the range 1<=x<=8."),
+    (["eval", QKNORM, "--jsno", "x"], "No such option '--jsno'. (Did you mean one of: '--json', '--noise'?)"),
+    (["show"], "Missing argument 'TASK'."),
+    (["list", "qknorm"], "Got unexpected extra argument (qknorm)"),
+    (["nosuchcommand"], "No such command 'nosuchcommand'."),
+    (["eval", QKNORM, *ONE_CASE, "--timeout", "nan"], "--timeout nan: give a finite number above 0"),
+    (["eval", QKNORM, *ONE_CASE, "--timeout", "0"], "--timeout 0: give a finite number above 0"),
+    (["eval", QKNORM, *ONE_CASE, "--noise", "-1"], "--noise -1: give a finite number of 0 or more"),
+    (["eval", QKNORM, *ONE_CASE, "--budget", "inf"], "--budget inf: give a finite number above 0"),
+    (["eval", QKNORM, *ONE_CASE, "--max-samples", "0"], "--max-samples 0: give 1 or more"),
+    (["eval", QKNORM, *ONE_CASE, "--min-samples", "50", "--max-samples", "5"], "--min-samples 50 is over --max-samples 5"),
+    (["eval", f"/tmp/{LONG}"], f"/tmp/{LONG}: File name too long"),
+    (["eval", QKNORM, "--json", f"/tmp/{LONG}.json"], f"--json /tmp/{LONG}.json: File name too long"),
+    (["eval", QKNORM, "--json", "/tmp/same.out", "--markdown", "/tmp/same.out"],
+     "--json and --markdown name the same file, /tmp/same.out: give each its own"),
+    (["eval", QKNORM, str(ROOT / "submissions" / "block_sparse_attn"), "--device", "cpu"],
+     "submissions of different tasks (block_sparse_attn, qknorm): one task per run"),
+    (["eval", QKNORM, str(ROOT / "submissions" / "qknorm"), "--device", "cpu", "--case", "nope"],
+     "no case 'nope' in suite 'smoke' of qknorm"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_run(args, message):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], lines
+    assert result.stdout == ""   # nothing ran
+
+
+def test_a_case_given_twice_runs_once():
+    import kbench
+    run = kbench.evaluate(QKNORM, device="cpu", cases=["b3_q5_kv2_d64_f16"] * 2, baseline="none")
+    assert [c["case"] for c in run["cases"]] == ["b3_q5_kv2_d64_f16"]
+
+
+def test_compare_refuses_json_nested_too_deep_or_cases_without_params(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"task": "qknorm", "cases": [{"case": "x", "status": "passed"}]}))
+    for path, why in ((deep, "nested too deep to read"), (bare, "with 'case', 'status' and 'params'")):
+        result = CliRunner().invoke(cli, ["compare", str(path), str(path)])
+        assert result.exit_code == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"{path}: not a kbench JSON result" in lines[0] and why in lines[0]
