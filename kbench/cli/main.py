@@ -5,6 +5,7 @@ first, the workers import it while the parent does (kbench/run/workers.py).
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -142,4 +143,9 @@ def main() -> None:
         cli_main()
     except SystemExit as exc:
         interrupts.exit(exc.code)
+    except OSError as exc:   # the output on a full disk or a broken device: one line, not a traceback
+        if exc.errno not in (errno.ENOSPC, errno.EIO):
+            raise
+        os.write(2, f"kbench: the output could not be written: {exc.strerror}\n".encode())
+        interrupts.exit(1)
     interrupts.exit(0)

@@ -191,3 +191,12 @@ def test_compare_refuses_json_nested_too_deep_or_cases_without_params(tmp_path):
         assert result.exit_code == 2
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and f"{path}: not a kbench JSON result" in lines[0] and why in lines[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line():
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "kbench", "show", "qknorm"], stdout=full, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == ["kbench: the output could not be written: No space left on device"]
