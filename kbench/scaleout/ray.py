@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -33,9 +34,24 @@ def connect(address: str):
     except ImportError:
         raise KbenchError(f"--ray needs Ray, not installed here: {INSTALL}") from None
     if not ray.is_initialized():
+        if address != "auto" and not address.startswith("ray://"):
+            reachable(address)
         ray.init(address=None if address == "auto" else address, log_to_driver=False,
                  include_dashboard=False)
     return ray
+
+
+def reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A one-line KbenchError unless ``address`` (HOST:PORT, a cluster's head) answers a TCP
+    connection: Ray itself retries an unreachable head for minutes."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except ValueError:
+        raise KbenchError(f"--ray {address}: give auto or a cluster head's HOST:PORT") from None
+    except OSError as exc:
+        raise KbenchError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
 
 
 def submission_files(path: Path) -> dict[str, bytes]:

@@ -113,6 +113,19 @@ def test_ray_missing_says_how_to_install(monkeypatch):
     assert result.output.splitlines()[-1] == 'Error: --ray needs Ray, not installed here: pip install "kbench[ray]"'
 
 
+def test_a_ray_address_nothing_answers_is_one_line_in_seconds():
+    """Ray itself retries an unreachable head for minutes (over 200 s with Ray 2.60)."""
+    import socket
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address, why in ((f"127.0.0.1:{port}", "no Ray cluster answers there"),
+                         ("headnode", "give auto or a cluster head's HOST:PORT")):
+        result = CliRunner().invoke(cli, ["eval", str(GOOD), "--device", "cpu", "--ray", address])
+        assert result.exit_code == 2
+        assert result.output.splitlines()[-1].startswith(f"Error: --ray {address}: {why}")
+
+
 def test_lost_cases_exit_3_and_rank_below():
     lost = {"submission": "a", "timing": {"meaningful": False},
             "cases": [{"case": "x", "status": "passed"}, {"case": "y", "status": "lost"}],
