@@ -115,7 +115,8 @@ def task_of(path: Path, task: str | None = None):
                 try:
                     ast.parse(f.read_text(errors="replace"), str(f))
                 except SyntaxError as err:
-                    raise KbenchError(f"cannot tell the task of {path}: {f.name} line {err.lineno}: "
+                    line = f" line {err.lineno}" if err.lineno else ""   # none for a NUL byte
+                    raise KbenchError(f"cannot tell the task of {path}: {f.name}{line}: "
                                       f"SyntaxError: {err.msg}") from None
             raise
     submission_file(found, path)

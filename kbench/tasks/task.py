@@ -51,7 +51,7 @@ class Task:
         except Exception as exc:  # noqa: BLE001  (whatever the task's code raises while it loads)
             where, text = path, str(exc)
             if isinstance(exc, SyntaxError) and exc.filename:
-                where, text = f"{exc.filename} line {exc.lineno}", exc.msg
+                where, text = exc.filename + (f" line {exc.lineno}" if exc.lineno else ""), exc.msg
             first = (text.strip().splitlines() or [""])[0]
             raise KbenchError(f"{where}: {type(exc).__name__}: {first}") from None
 

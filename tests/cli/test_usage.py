@@ -200,3 +200,11 @@ def test_an_output_that_cannot_be_written_is_one_line():
                              text=True, cwd=ROOT, timeout=60, check=False)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == ["kbench: the output could not be written: No space left on device"]
+
+
+def test_a_nul_byte_in_a_submission_is_named_without_a_line(tmp_path):
+    (tmp_path / "submission.py").write_bytes(b"def qknorm(q, k, w):\n    return q\x00\n")
+    result = CliRunner().invoke(cli, ["eval", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"Error: cannot tell the task of {tmp_path}: submission.py: "
+                                     f"SyntaxError: source code string cannot contain null bytes")
