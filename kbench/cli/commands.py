@@ -382,7 +382,8 @@ def compare(a, b, fail_pct, normalize, plot_path, **kw):
     progress.done()
     result["summary"]["fail_if_slower"] = fail_pct
     click.echo(compare_report(result, wide=kw["wide"]))
-    write(kw, result, compare_report(result, markdown=True))
+    link = f"\nCharts: [{plot_path.name}]({plot_path})\n" if plot_path else ""   # a CI summary names its artifact
+    write(kw, result, compare_report(result, markdown=True) + link)
     charts.draw((a, b) if saved else (), plot_path, result)
     reasons = regressed(result, fail_pct)
     for reason in reasons:

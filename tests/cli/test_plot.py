@@ -134,6 +134,13 @@ def test_file_json_name_picks_one_run_of_several(tmp_path):
     assert result.exit_code == 2 and "pick one as" in result.stderr and not (tmp_path / "both.svg").exists()
 
 
+def test_the_markdown_summary_links_the_page(tmp_path):
+    page, summary = tmp_path / "charts.html", tmp_path / "summary.md"
+    result = invoke("compare", A, B, "--plot", page, "--markdown", summary)
+    assert result.exit_code == 0 and page.stat().st_size > 10_000
+    assert summary.read_text().rstrip().splitlines()[-1] == f"Charts: [charts.html]({page})"
+
+
 def test_compared_folders_get_the_comparison_alone(tmp_path):
     draw((), tmp_path / "folders.svg", api.compare(str(A), str(B)))
     ids = svg_ids(tmp_path / "folders.svg")
