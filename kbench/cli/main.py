@@ -57,7 +57,10 @@ def _well_formed(args: list[str]) -> bool:
     except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         return False
     paths = ctx.params.get("submissions") or [ctx.params.get(k) for k in ("a", "b") if ctx.params.get(k)]
-    if not all(Path(p).exists() for p in paths):
+    try:
+        if not all(Path(p).exists() for p in paths):
+            return False
+    except OSError:   # a name too long to exist: the command says so, in one line
         return False
     task = ctx.params.get("task_name")
     if task is not None and task not in all_tasks():

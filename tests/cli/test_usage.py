@@ -31,7 +31,7 @@ def test_a_usage_error_starts_no_worker(args):
 
 def test_a_usage_error_answers_in_about_a_second():
     """The command used to start its workers (each importing torch) before click read the line."""
-    for args in (["eval", QKNORM, "--task", "nope"], ["eval", QKNORM, "--bogus"], ["eval"]):
+    for args in (["eval", QKNORM, "--task", "nope"], ["eval", QKNORM, "--bogus"], ["eval"], ["eval", "/" + "a" * 300]):
         start = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "kbench", *args], capture_output=True, text=True,
                              cwd=ROOT, timeout=60)
