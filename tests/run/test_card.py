@@ -33,18 +33,17 @@ def test_the_kept_ceiling_holds_still_over_readings_that_scatter_around_it(tmp_p
             for value in (763.0, 772.0, 751.0, 780.0, 739.0)]
     assert [out["matmul_bf16_tflops"] for out, _ in used] == [763.0] * 5
     assert [out["matmul_bf16_tflops_this_run"] for out, _ in used] == [763.0, 772.0, 751.0, 780.0, 739.0]
-    # only 739 is said: 3.1% under the kept 763
-    assert [len(notes) for _, notes in used] == [0, 0, 0, 0, 1] and "739.0 TFLOP/s in this run, 3.1% under the 763" in used[4][1][0]
+    assert all(notes == [] for _, notes in used)   # within how far the matmul rate scatters run to run
 
 
 def test_a_reading_far_over_the_kept_ceiling_is_said_and_the_kept_one_still_used(tmp_path):
     path = tmp_path / "ceilings.json"
-    kept_ceilings(KEY, {"matmul_bf16_tflops": (694.0, 2.0)}, SPEC_H100, path)
-    out, notes = kept_ceilings(KEY, {"matmul_bf16_tflops": (770.0, 1.0)}, SPEC_H100, path)
-    assert out["matmul_bf16_tflops"] == 694.0 and out["matmul_bf16_tflops_this_run"] == 770.0
-    assert len(notes) == 1 and notes[0].startswith("the bf16 matmul rate read 770.0 TFLOP/s in this run, 11.0% over "
-                                                   "the 694 kept for this card (delete ")
-    assert json.loads(path.read_text())[KEY]["matmul_bf16_tflops"]["readings"] == [694.0, 770.0]
+    kept_ceilings(KEY, {"matmul_bf16_tflops": (600.0, 2.0)}, SPEC_H100, path)
+    out, notes = kept_ceilings(KEY, {"matmul_bf16_tflops": (780.0, 1.0)}, SPEC_H100, path)
+    assert out["matmul_bf16_tflops"] == 600.0 and out["matmul_bf16_tflops_this_run"] == 780.0
+    assert len(notes) == 1 and notes[0].startswith("the bf16 matmul rate read 780.0 TFLOP/s in this run, 30.0% over "
+                                                   "the 600 kept for this card (delete ")
+    assert json.loads(path.read_text())[KEY]["matmul_bf16_tflops"]["readings"] == [600.0, 780.0]
 
 
 def test_cards_are_kept_apart_and_a_hand_written_cache_is_survived(tmp_path):
