@@ -37,6 +37,7 @@ from kbench.tasks.task import Task, submission_file
 CUT_FLOOR_S = 3.0
 CUT_FACTOR = 50.0
 
+
 @dataclass
 class Options:
     suite: str = "quick"
@@ -236,6 +237,8 @@ class Runner:
         return cut if cut < self.options.timeout else None
 
     def _first_call_failed(self, case: Case, reply: Failure, deadline: float | None) -> str:
+        if reply.status not in ("timeout", "crash"):
+            self.answered = True   # it raised, or broke the contract: it answers, it does not hang
         if reply.status != "timeout" or self.answered:
             return reply.reason
         if deadline is None:
