@@ -430,21 +430,17 @@ class Runner:
             return self._replicas(str(self.options.baseline_path), path, flush)
         available = self.task.baselines(self.options.device)
         if self.options.baseline is not None:
-            if self.options.baseline not in TASK.get(self.module, "BASELINES"):
-                known = ", ".join(TASK.get(self.module, "BASELINES")) or "none"
-                raise KbenchError(f"unknown baseline {self.options.baseline!r} for {self.task.name} "
-                                  f"(known: {known})")
-            if self.options.baseline not in available:
-                raise KbenchError(f"baseline {self.options.baseline!r} cannot run on {self.options.device}")
-            name = self.options.baseline
-            missing = self.task.missing(name)
-            if missing:
-                raise KbenchError(f"baseline {name!r} needs {', '.join(missing)}, which is not installed here")
+            name, known = self.options.baseline, ", ".join(TASK.get(self.module, "BASELINES")) or "none"
+            if name not in TASK.get(self.module, "BASELINES"):
+                raise KbenchError(f"unknown baseline {name!r} for {self.task.name} (known: {known})")
+            if name not in available:
+                raise KbenchError(f"baseline {name!r} cannot run on {self.options.device}")
+            if self.task.missing(name):
+                raise KbenchError(f"baseline {name!r} needs {', '.join(self.task.missing(name))}, "
+                                  f"which is not installed here")
         else:
             name = self.task.default_baseline(self.options.device)
-            if name is None:
-                return None
-        return self._replicas(name, available[name], flush, strict=False)
+        return None if name is None else self._replicas(name, available[name], flush, strict=False)
 
     def _replicas(self, label: str, path: Path, flush: int, strict: bool = True) -> Replicas:
         return Replicas([Target(label, self.task, path, self.options, flush, strict)
