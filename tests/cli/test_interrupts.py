@@ -23,7 +23,7 @@ from tests.helpers import ROOT
 
 ARGS = ["eval", "submissions/qknorm", "--device", "cpu", "--case", "b3_q5_kv2_d64_f16",
         "--case", "b1_q4_kv4_d128_bf16"]
-TRIES = 12   # moments spread over a whole run; each try is a run of its own (~4 s)
+TRIES = 8   # moments spread over a whole run; each try is a run of its own (~2-4 s)
 
 
 def _catches_sigterm(pid: int) -> bool:

@@ -10,20 +10,19 @@ CASES = ("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16", "b2_q3_kv1_d256_bf16")
 
 def test_after_a_timeout_with_nothing_answered_later_cases_get_a_cut_deadline():
     start = time.perf_counter()
-    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs", only=CASES, timeout=6.0)
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs", only=CASES[:2], timeout=8.0)
     wall = time.perf_counter() - start
-    assert statuses(run) == {c: "timeout" for c in CASES}
-    first, *later = run["cases"]
-    assert first["reason"] == "no answer after 6 s while checking the first call"
-    for case in later:
-        assert case["reason"].startswith(f"no answer after {CUT_FLOOR_S:g} s while checking the first call (cut: "
-                                         f"nothing answered since the timeout on {CASES[0]}; 50x the reference's")
-    # one full timeout and two cut ones, not three full ones (18 s); a worker restart is ~1-2 s
-    assert wall < 6 + 2 * CUT_FLOOR_S + 3 * 3.0
+    assert statuses(run) == {c: "timeout" for c in CASES[:2]}
+    first, later = run["cases"]
+    assert first["reason"] == "no answer after 8 s while checking the first call"
+    assert later["reason"].startswith(f"no answer after {CUT_FLOOR_S:g} s while checking the first call (cut: "
+                                      f"nothing answered since the timeout on {CASES[0]}; 50x the reference's")
+    # one full timeout and one cut one, not two full ones (16 s); a worker restart is ~1-2 s
+    assert wall < 8 + CUT_FLOOR_S + 2 * 2.0
 
 
 def test_a_shape_cut_short_runs_again_with_the_full_timeout_once_another_is_answered():
-    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs_on_one_shape", only=CASES, timeout=6.0)
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs_on_one_shape", only=CASES, timeout=5.0)
     assert statuses(run) == {CASES[0]: "timeout", CASES[1]: "passed", CASES[2]: "passed"}
     assert [c["case"] for c in run["cases"]] == list(CASES)   # the order of the suite, not of the runs
-    assert run["cases"][0]["reason"] == "no answer after 6 s while checking the first call"
+    assert run["cases"][0]["reason"] == "no answer after 5 s while checking the first call"
