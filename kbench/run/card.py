@@ -60,11 +60,11 @@ def measure_matmul_tflops(n: int = 8192, trials: int = 5, warmup_s: float = 0.2)
 # The ceilings are read once per card, driver, clocks and power limit, thoroughly (FIRST_TRIALS),
 # and kept (KBENCH_CACHE_DIR, else ~/.cache/kbench): one run that read its copy bandwidth 11% low
 # (a busy or slow moment) gave every roofline ratio of that run 11% off, and on one H100 the bf16
-# matmul rate read 679-770 TFLOP/s over fifteen runs (a card at its power cap); a ceiling that
+# matmul rate read 679-780 TFLOP/s over twenty runs (a card at its power cap); a ceiling that
 # followed them moved every roofline ratio with it. Each later run reads again (CHECK_TRIALS),
 # records its reading beside the kept one (the card's last KEEP_READINGS are kept too) and says
 # so when it is further from it than the card's readings scatter (AGREE_PCT: a copy read within
-# 0.6% over twenty H100 runs, the matmul rate within 13%); the kept ceiling is used. Delete the
+# 0.6% over twenty H100 runs, the matmul rate within 15%); the kept ceiling is used. Delete the
 # file to read the card again.
 FIRST_TRIALS, CHECK_TRIALS = 15, 5
 KEEP_READINGS = 20
@@ -110,14 +110,14 @@ def kept_ceilings(key: str, fresh: dict[str, tuple[float, float]], spec: dict | 
             kept = {**kept, "readings": readings}
             off = value / kept["value"] - 1
             if abs(off) > AGREE_PCT[name] / 100:
-                why = "busy or throttled?" if off < 0 else f"delete {_cache_path()} to read the card again"
+                why = "busy or throttled?" if off < 0 else f"delete {path} to read the card again"
                 notes.append(f"the {what} read {value:.1f} {unit} in this run, {100 * abs(off):.1f}% "
                              f"{'under' if off < 0 else 'over'} the {kept['value']:g} kept for this card ({why}): "
                              f"rooflines use {kept['value']:g}")
         if kept is not None:
             entry[name] = kept
             out[name] = kept["value"]
-            out[f"{name}_spread_pct"] = kept["spread_pct"]
+            out[f"{name}_spread_pct"] = kept.get("spread_pct")
             out[f"{name}_this_run"] = None if value is None else round(value, 1)
     if entry:
         cache[key] = entry
