@@ -367,13 +367,14 @@ def _views(q_lat, kv, o, kv_len: int) -> tuple:
 
 
 def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tiles_per_split: int,
-           nope: int, qk_scale: float, stages: int = 2):
+           nope: int, qk_scale: float, stages: int = 2, jit: bool = False):
     """Runs the kernel over (head blocks, sequences, splits); returns the compiled kernel where the JIT
     launched it, None where its launcher did. Read and written through TMA descriptors: the cache's
     latent columns and its raw RoPE columns (the kernel rotates the keys), cut at kv_len rows; q_lat
     (H, bs, R), a program's 64 heads of one sequence; o (bs, H, R), each warpgroup's 256 columns
     (unsplit). 4 warps per partition, 12 in all: at 168 registers each they fill the register file,
-    and the partitions then rebalance them (CONSUMER_REGS)."""
+    and the partitions then rebalance them (CONSUMER_REGS). ``jit``: through the JIT even where a
+    launcher is kept (the caller wants the compiled kernel back)."""
     H, bs, R = q_lat.shape
     split = splits > 1
     grid = (triton.cdiv(H, BLOCK_H), bs, splits)
@@ -382,7 +383,7 @@ def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tile
                opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,
                lse.stride(0) if split else 0, lse.stride(1) if split else 0)
     key = None
-    if DIRECT_LAUNCH and o.stride(-1) == 1:
+    if DIRECT_LAUNCH and o.stride(-1) == 1 and not jit:
         views = _views(q_lat, kv, o, kv_len)
         key = (kv.device, nope, split, stages, tuple(map(arg_class, runtime)),
                tuple((ptr % 16, tuple(map(arg_class, shape)), tuple(map(arg_class, strides)))

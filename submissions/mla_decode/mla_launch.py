@@ -128,3 +128,39 @@ class DescriptorLauncher:
             self.n_args = n
             return True
         return False
+
+
+class Direct:
+    """One compiled Triton kernel's C launcher, fed integers: pointers as addresses, so it neither asks
+    each tensor for its data_ptr nor the driver about each pointer, as it does for a tensor. The caller
+    keeps what the JIT specialised on (dtypes, 16-byte alignment, integer classes) as the first launch
+    had them. ``create`` returns None where the launcher is not the one this was written for (another
+    Triton, or a kernel that needs scratch memory)."""
+
+    def __init__(self, kernel):
+        run = kernel.run
+        if run.global_scratch_size or run.profile_scratch_size or run.launch_cooperative_grid:
+            raise TypeError("not the launcher this was written for")
+        self.raw = run.launch
+        self.base = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                     kernel.packed_metadata, None, None, None)
+        self.n_args = None   # how many of (runtime, constexprs) the launcher takes: found on the first call
+
+    @classmethod
+    def create(cls, kernel):
+        try:
+            return cls(kernel)
+        except Exception:  # noqa: BLE001 - any difference in Triton's internals: the JIT launch
+            return None
+
+    def __call__(self, grid: tuple, stream: int, runtime: tuple, constexprs: tuple) -> bool:
+        """Launch over ``grid`` (3 ints); False, with nothing launched, where the launcher refuses the arguments."""
+        full = (*runtime, *constexprs)
+        for n in ((self.n_args,) if self.n_args is not None else (len(full), len(runtime))):
+            try:
+                self.raw(*grid, stream, *self.base, *full[:n])
+            except TypeError:   # the argument count, checked before anything is launched
+                continue
+            self.n_args = n
+            return True
+        return False

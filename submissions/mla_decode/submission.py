@@ -20,25 +20,28 @@ under the register file without spilling and lets it pipeline two cache tiles. E
 rounding to bf16 is to nearest even, in Triton's interpreter too (`_bf16_bits`: its own
 conversion truncates).
 
-Q up and the absorption run as one kernel (`_q_up_absorb_kernel`, up to 128 sequences; cuBLAS
-and a bmm otherwise): a program per head reads that head's Q-up rows and W_uk once and keeps
-q_nope in registers between the two products, so q never makes a round trip through memory
-(50.9 us against 54.5 for cuBLAS's Q up and bmm at bs 128, the same bits).
+Q down and KV down run as one split-K kernel (`_down_kernel`) that also writes the new cache row:
+one launch where cuBLAS took two GEMMs, a second stream and an indexed copy. Q up and the absorption
+run as one kernel (`_q_up_absorb_kernel`, up to 128 sequences; cuBLAS and a bmm otherwise): a program
+per head reads that head's Q-up rows and W_uk once and keeps q_nope in registers between the two
+products, so q never makes a round trip through memory (50.9 us against 54.5 for cuBLAS's Q up and
+bmm at bs 128, the same bits).
 
 No weight-derived tensor is cached between calls: absorbing at the activation level
 costs two small products per call (about 4 GFLOP, 33 MB of weights read once), so there
 is nothing to key a cache on and nothing a changed input could make stale. What is cached
-holds no input data: the RoPE cos/sin table (a function of positions alone); a second CUDA
-stream per device, on which the KV append runs beside the Q projections; the card's SM
-count and compute capability; and, for the launch path (mla_launch.py), the compiled
-kernels by specialisation and the TMA descriptors encoded by (address, shape, strides),
+holds no input data: the RoPE cos/sin table (a function of positions alone); the down kernel's
+per-tile counters (zero between calls); a second CUDA stream per device (the general path's KV
+append); the card's SM count and compute capability; and, for the launch path (mla_launch.py), the
+compiled kernels by specialisation and the TMA descriptors encoded by (address, shape, strides),
 which describe memory, not what is in it. y is returned as the transposed view of
 y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
 
-The host path matters in the original's own protocol (host clock around a synchronized
-call): launched through Triton's JIT dispatch the call took 0.6-1.1 ms to return on the
-H200 host, where its kernels run for 0.18 ms at prefill 128; launched directly, 0.44-0.48 ms
-(19deeba; README.md).
+The host path decides the original's own protocol (host clock around a synchronized call): on the
+H100 host each torch operation or launch costs 5-100 us, and launched op by op the call took
+0.62-0.87 ms to return where its kernels run for 0.19-0.65 ms. On a Hopper GPU at the task's widths
+the call goes through `_Lean`: one workspace, five launches through C launchers fed integers, cuBLAS
+for wo alone, 0.13-0.15 ms to return (README.md has the figures).
 """
 import math
 import os
@@ -53,7 +56,7 @@ try:  # Hopper only; Triton builds without Gluon's Hopper API, and the interpret
 except ImportError:
     _gluon = None
 try:  # a sibling, as the Gluon kernel; this file imported on its own launches through the JIT
-    from mla_launch import Kernels
+    from mla_launch import DescriptorLauncher, Direct, Kernels, arg_class, raw_stream
 except ImportError:
     Kernels = None
 
@@ -320,6 +323,78 @@ def _q_up_absorb_kernel(x_ptr, wq_ptr, wuk_ptr, qlat_ptr, qpe_ptr, M,
                  _bf16(out).to(tl.bfloat16), mask=mmask)
 
 
+
+@triton.jit
+def _down_tile(x_ptr, w_ptr, s_x, s_w, M, n_rows, k_lo, K: tl.constexpr, K_SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr):
+    """x (M, K) times rows 0..n_rows of w from ``w_ptr``, over K_SPLIT columns from k_lo: fp32 (BLOCK_M, BLOCK_N)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    mmask = offs_m < M
+    nmask = offs_n < n_rows
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k in range(k_lo, k_lo + K_SPLIT, BLOCK_K):
+        offs_k = k + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            a = tl.load(x_ptr + offs_m[:, None] * s_x + offs_k[None, :], mask=mmask[:, None], other=0.0)
+            w = tl.load(w_ptr + offs_n[:, None] * s_w + offs_k[None, :], mask=nmask[:, None], other=0.0)
+        else:
+            kmask = offs_k < K
+            a = tl.load(x_ptr + offs_m[:, None] * s_x + offs_k[None, :], mask=mmask[:, None] & kmask[None, :],
+                        other=0.0)
+            w = tl.load(w_ptr + offs_n[:, None] * s_w + offs_k[None, :], mask=nmask[:, None] & kmask[None, :],
+                        other=0.0)
+        if DOT_F32:
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, tl.trans(w), acc)
+    return acc
+
+
+@triton.jit(do_not_specialize=["row_off"])
+def _down_kernel(x_ptr, wq_ptr, wkv_ptr, part_ptr, count_ptr, x1_ptr, buf_ptr, M, row_off,
+                 s_x, s_wq, s_wkv, s_x1, s_buf_b,
+                 K: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, NP: tl.constexpr, SPLITS: tl.constexpr,
+                 K_SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 DOT_F32: tl.constexpr):
+    """Q down and KV down in one split-K kernel: x (M, K) times the rows of both weights side by side
+    (NQ of W_qd, then NKV of W_kvd; BLOCK_N divides NQ, so a tile is one weight's). Program (tile,
+    split) writes its fp32 partial sum; the last of a tile's SPLITS programs to finish (a counter per
+    tile, set back to 0 by it) adds them in split order and writes x1 = x . W_qd^T or the cache row
+    x . W_kvd^T at ``row_off`` (pos x the cache's row stride) of each sequence, rounded to bf16 once,
+    as cuBLAS's output is. Each weight's tile is computed in its own branch (_down_tile): a pointer
+    chosen by a branch loses what the compiler knows of its alignment, and its loads their width."""
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    n0 = tile * BLOCK_N
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    mmask = offs_m < M
+    EVEN_K: tl.constexpr = K % K_SPLIT == 0
+    if n0 < NQ:
+        acc = _down_tile(x_ptr, wq_ptr + n0 * s_wq, s_x, s_wq, M, NQ - n0, split * K_SPLIT, K, K_SPLIT, EVEN_K,
+                         BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32)
+        nmask = n0 + offs_n < NQ
+    else:
+        acc = _down_tile(x_ptr, wkv_ptr + (n0 - NQ) * s_wkv, s_x, s_wkv, M, NKV - (n0 - NQ), split * K_SPLIT, K,
+                         K_SPLIT, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32)
+        nmask = n0 - NQ + offs_n < NKV
+    cell = offs_m[:, None] * NP + n0 + offs_n[None, :]
+    tl.store(part_ptr + split * BLOCK_M * NP + cell, acc)
+    tl.debug_barrier()   # every thread's partial stored before the counter's release
+    if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLITS - 1:
+        total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for s in range(SPLITS):
+            total += tl.load(part_ptr + s * BLOCK_M * NP + cell, cache_modifier=".cg")
+        out = _bf16(total).to(tl.bfloat16)
+        omask = mmask[:, None] & nmask[None, :]
+        if n0 < NQ:
+            tl.store(x1_ptr + offs_m[:, None] * s_x1 + n0 + offs_n[None, :], out, mask=omask)
+        else:
+            tl.store(buf_ptr + offs_m[:, None] * s_buf_b + row_off + n0 - NQ + offs_n[None, :], out, mask=omask)
+        tl.atomic_xchg(count_ptr + tile, 0)
+
+
 # Launch shape of the attention kernel (tuned on an H100; see README.md). With the
 # keys' RoPE in a pass of its own the kernel fits in 254 registers a thread without spilling and
 # pipelines two cache tiles (1099 us at prefill 6144); rotating per tile, it spilled 94 registers
@@ -483,6 +558,229 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
     return rows
 
 
+
+# The down projections' split: 8 splits of the model dimension x 33 column tiles of 64 at DeepSeek-V3's
+# widths. On the H100, L2 flushed: 36.3 us at bs 128 against 31.6 for cuBLAS's two GEMMs (19.0 for Q
+# down alone, which the general path overlaps with KV down), 21.0 us at bs 1 against 26.7; 128-wide
+# tiles in 7 splits 35.8 / 45.5, 16 splits 54.9 / 22.4 (submissions/mla_decode/README.md).
+DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
+_COUNTERS: dict = {}
+
+
+def _down_shape(bs: int, dim: int, dq: int):
+    """(block_m, block_n, block_k, splits, k_split) of the down kernel, or None where it does not fit."""
+    block_n = DOWN["block_n"] if dq % DOWN["block_n"] == 0 else 16
+    block_k = DOWN["block_k"] if dim % DOWN["block_k"] == 0 else 16
+    if bs > 128 or dq % block_n or dim % block_k:
+        return None
+    steps = dim // block_k
+    per_split = triton.cdiv(steps, min(DOWN["splits"], steps))
+    return max(16, triton.next_power_of_2(bs)), block_n, block_k, triton.cdiv(steps, per_split), per_split * block_k
+
+
+def _counter(device, stream: int, n: int) -> torch.Tensor:
+    """The down kernel's per-tile counters for one stream: zero between calls (each call's last program of
+    a tile sets its counter back), so they hold no input data. One set a stream: two calls never share it."""
+    key = (device, stream)
+    found = _COUNTERS.get(key)
+    if found is None or found.numel() < n:
+        found = _COUNTERS[key] = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
+    return found
+
+
+def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: torch.Tensor, pos: int):
+    """x1 = x2 . wq^T (bs, dq) bf16, and the cache row buf[:, pos] = x2 . wkv^T, in one kernel; None,
+    having done nothing, where the shapes do not fit it (the caller then uses cuBLAS)."""
+    bs, dim = x2.shape
+    dq, nkv = wq.shape[0], wkv.shape[0]
+    shape = _down_shape(bs, dim, dq)
+    if (shape is None or wq.shape[1] != dim or wkv.shape[1] != dim or nkv != buf.shape[-1]
+            or buf.dtype != torch.bfloat16 or any(t.stride(-1) != 1 for t in (x2, wq, wkv, buf))):
+        return None
+    block_m, block_n, block_k, splits, k_split = shape
+    n_tiles = dq // block_n + triton.cdiv(nkv, block_n)
+    x1 = torch.empty(bs, dq, dtype=torch.bfloat16, device=x2.device)
+    part = torch.empty(splits * block_m * n_tiles * block_n, dtype=torch.float32, device=x2.device)
+    stream = raw_stream(x2.device) if x2.is_cuda else 0
+    _launch(_down_kernel, (n_tiles, splits), x2.device, (
+        x2, wq, wkv, part, _counter(x2.device, stream, n_tiles), x1, buf, bs, pos * buf.stride(1),
+        x2.stride(0), wq.stride(0), wkv.stride(0), x1.stride(0), buf.stride(0)),
+        dict(K=dim, NQ=dq, NKV=nkv, NP=n_tiles * block_n, SPLITS=splits, K_SPLIT=k_split, BLOCK_M=block_m,
+             BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET),
+        num_warps=DOWN["num_warps"], num_stages=DOWN["num_stages"])
+    return x1
+
+
+_WEIGHTS = ("Q_proj_down_weight", "KV_proj_down_weight", "Q_proj_up_weight", "KV_proj_up_weight", "wo_weight")
+
+
+def _layout(config, x, buf) -> tuple:
+    """What the lean path's compiled kernels and offsets depend on: shapes, strides, dtypes, devices,
+    the widths, and whether every base is 16-byte aligned."""
+    weights = tuple(getattr(config, n) for n in _WEIGHTS)
+    ptrs = x.data_ptr() | buf.data_ptr()
+    for w in weights:
+        ptrs |= w.data_ptr()
+    return (x.shape, x.stride(), x.dtype, x.device, buf.shape, buf.stride(), buf.dtype, buf.device, ptrs % 16 == 0,
+            config.n_heads, config.kv_lora_rank, config.qk_nope_head_dim, config.qk_rope_head_dim,
+            config.v_head_dim, *((w.shape, w.stride(), w.dtype, w.device) for w in weights))
+
+
+class _Lean:
+    """The whole call for one layout on a Hopper GPU, its host path cut to what the original's protocol
+    can afford. A call's kernels run for 0.17-0.64 ms on the H100, while each torch operation or JIT
+    launch costs its host 5-100 us (the upper end right after other work, whose caches it finds cold):
+    launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace allocation for every
+    intermediate and one for the rows wo reads; five launches, each a compiled kernel's C launcher fed
+    integers (mla_launch.Direct, DescriptorLauncher); cuBLAS for wo alone. The first call of a layout
+    launches through the JIT (which compiles) on views of the same workspace and keeps the launchers.
+    Nothing input-derived is kept: launchers, the layout's offsets, and the RoPE table."""
+
+    @staticmethod
+    def create(config, x, buf):
+        """The lean path for this layout, or None where it does not run it (the general path does)."""
+        weights = tuple(getattr(config, n) for n in _WEIGHTS)
+        bs, dim, R = x.shape[0], x.shape[-1], config.kv_lora_rank
+        dq = config.Q_proj_down_weight.shape[0]
+        H, nope, vd = config.n_heads, config.qk_nope_head_dim, config.v_head_dim
+        fits = (_gluon is not None and DIRECT_LAUNCH and not _INTERPRET and x.is_cuda and 1 <= bs <= 128
+                and x.dim() == 3 and x.shape[1] == 1 and x.is_contiguous() and buf.dim() == 3
+                and buf.shape[0] == bs and buf.stride(-1) == 1 and buf.shape[-1] == R + config.qk_rope_head_dim
+                and x.dtype == buf.dtype == torch.bfloat16 and buf.device == x.device
+                and all(w.dtype == torch.bfloat16 and w.is_contiguous() and w.device == x.device for w in weights)
+                and config.Q_proj_down_weight.shape[1] == dim
+                and config.KV_proj_down_weight.shape == (R + config.qk_rope_head_dim, dim)
+                and config.Q_proj_up_weight.shape == (H * (nope + config.qk_rope_head_dim), dq)
+                and config.KV_proj_up_weight.shape == (H * (nope + vd), R)
+                and config.wo_weight.shape == (dim, H * vd)
+                and _down_shape(bs, dim, dq) is not None and dq % 64 == 0
+                and all(_pow2(n) for n in (config.qk_nope_head_dim, config.qk_rope_head_dim, R))
+                and _layout(config, x, buf)[8] and all(st * 2 % 16 == 0 for st in buf.stride()[:-1])
+                and R == 512 and buf.shape[-1] == 576)   # the Gluon kernel's widths
+        return _Lean(config, x, buf) if fits else None
+
+    def __init__(self, config, x, buf):
+        self.device = x.device
+        self.bs, self.dim = x.shape[0], x.shape[-1]
+        self.H, self.R = config.n_heads, config.kv_lora_rank
+        self.nope, self.rope, self.vd = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+        self.dq = config.Q_proj_down_weight.shape[0]
+        bs, H, R = self.bs, self.H, self.R
+        self.down = _down_shape(bs, self.dim, self.dq)
+        block_m, block_n, _, d_splits, _ = self.down
+        self.n_tiles = self.dq // block_n + triton.cdiv(R + self.rope, block_n)
+        max_splits = context_splits(bs, H, buf.shape[1], self.device, one_per_sm=True)[0]
+        self.cos, self.sin = _trig_table(self.rope // 2, buf.shape[1], self.device, torch.bfloat16)
+        self.regions = {"x1": ((bs, self.dq), torch.bfloat16), "q_lat": ((H, bs, R), torch.bfloat16),
+                        "q_pe": ((bs, H, self.rope), torch.bfloat16), "o": ((bs, H, R), torch.bfloat16),
+                        "opart": ((max_splits, bs, H, R), torch.float32), "lse": ((max_splits, bs, H), torch.float32),
+                        "part": ((d_splits * block_m * self.n_tiles * block_n,), torch.float32)}
+        self.offsets, end = {}, 0
+        for name, (shape, dtype) in self.regions.items():
+            self.offsets[name] = end
+            end += triton.cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
+        self.ws_bytes = end
+        self.launchers = {}   # (step, constexprs) -> Direct or DescriptorLauncher (None: always the JIT)
+
+    def __call__(self, config, x, buf, pos: int):
+        bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
+        ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device)
+        rows = torch.empty((bs, H * vd), dtype=torch.bfloat16, device=self.device)
+        at = ws.data_ptr()
+        x1, q_lat, q_pe, o, opart, lse, part = (at + self.offsets[k] for k in self.regions)
+        stream = raw_stream(self.device)
+        kv_up = config.KV_proj_up_weight
+        block_m, block_n, block_k, d_splits, k_split = self.down
+        kv_len = pos + 1
+        splits, tps = context_splits(bs, H, kv_len, self.device, one_per_sm=True)
+        counter = _counter(self.device, stream, self.n_tiles)
+        run = self._step
+        run(ws, stream, "down", _down_kernel, (self.n_tiles, d_splits, 1),
+            (x, config.Q_proj_down_weight, config.KV_proj_down_weight, part, counter, x1, buf, bs,
+             pos * buf.stride(1), dim, dim, dim, dq, buf.stride(0)),
+            (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
+            (DOWN["num_warps"], DOWN["num_stages"]))
+        run(ws, stream, "q_up", _q_up_absorb_kernel, (H, 1, 1),
+            (x1, config.Q_proj_up_weight, kv_up, q_lat, q_pe, bs, dq, dq, (nope + vd) * R, R, bs * R, R, H * rope, rope),
+            (dq, nope, rope, R, max(64, triton.next_power_of_2(bs)), 64, min(128, R), False),
+            (CONFIG["fused_q_warps"], CONFIG["fused_q_stages"]))
+        self._attend(ws, stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse)
+        if splits > 1:
+            run(ws, stream, "merge", _merge_splits_kernel, (bs, H, 1),
+                (opart, lse, o, splits, bs * H * R, H * R, R, bs * H, H, H * R, R),
+                (R, triton.next_power_of_2(splits)), (4, 3), (splits,))
+        block_vm = min(128, max(16, triton.next_power_of_2(bs)))
+        run(ws, stream, "rows", _head_bmm_kernel, (vd // min(64, vd), triton.cdiv(bs, block_vm), H),
+            (o, (kv_up, nope * R), rows, bs, R, R, H * R, 1, (nope + vd) * R, 1, R, vd, H * vd, 1),
+            (block_vm, min(64, vd), min(128, R), False), (8, 2))
+        # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
+        y = torch.mm(config.wo_weight, rows.t()).t()
+        return y.view(bs, 1, dim), buf
+
+    def _step(self, ws, stream, name, fn, grid, runtime, constexprs, options, varying=()):
+        """One launch: the kept C launcher on integers, or (the first time) the JIT on tensors.
+        ``varying``: the integers that change from call to call and that the JIT specialises on."""
+        key = (name, constexprs, *map(arg_class, varying))
+        direct = self.launchers.get(key)
+        if direct is not None and direct(grid, stream, tuple(map(self._address, runtime)), constexprs):
+            return
+        args = tuple(self._tensor(a, ws) for a in runtime)
+        kernel = fn[grid](*args, **dict(zip(fn.arg_names[len(runtime):], constexprs)),
+                          num_warps=options[0], num_stages=options[1])
+        if key not in self.launchers:
+            self.launchers[key] = Direct.create(kernel)
+
+    @staticmethod
+    def _address(a):
+        """A runtime argument as the C launcher takes it: a tensor (or (tensor, element offset)) as an address."""
+        if isinstance(a, torch.Tensor):
+            return a.data_ptr()
+        if isinstance(a, tuple):
+            return a[0].data_ptr() + a[1] * a[0].element_size()
+        return a
+
+    def _tensor(self, a, ws, shape=None):
+        """A runtime argument as the JIT takes it: a workspace address as a view of its region."""
+        if isinstance(a, tuple):
+            return a[0].view(-1)[a[1]:]
+        if isinstance(a, int) and not isinstance(a, bool):
+            for name, offset in self.offsets.items():
+                if a == ws.data_ptr() + offset:
+                    region_shape, dtype = self.regions[name]
+                    shape = shape or region_shape
+                    return ws[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+        return a
+
+    def _attend(self, ws, stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse):
+        bs, H, R, rope = self.bs, self.H, self.R, self.rope
+        split = splits > 1
+        scale = 1.0 / math.sqrt(self.nope + rope) * 1.4426950408889634   # as mla_attention computes it
+        key = ("attend", split)
+        direct = self.launchers.get(key)
+        grid = (triton.cdiv(H, _gluon.BLOCK_H), bs, splits)
+        if direct is not None:
+            kv, s_kv = buf.data_ptr(), (buf.stride(0), buf.stride(1), 1)
+            views = ((kv, (bs, kv_len, R), s_kv), (kv + R * 2, (bs, kv_len, rope), s_kv),
+                     (q_lat, (H, bs, R), (bs * R, R, 1)), (o, (H, bs, R), (R, H * R, 1)))
+            descriptors = [a for i, view in enumerate(views) for a in direct.encoded(i, *view)]
+            runtime = (q_pe, self.cos.data_ptr(), self.sin.data_ptr(), opart if split else o, lse if split else o,
+                       H, kv_len, tps, scale, H * rope, rope,
+                       bs * H * R if split else 0, H * R if split else 0, R if split else 0,
+                       bs * H if split else 0, H if split else 0)
+            if direct(grid, stream, descriptors, runtime, (0, split, 2, 4)):
+                return
+        o_t = self._tensor(o, ws)
+        kernel = _gluon.launch(self._tensor(q_lat, ws), self._tensor(q_pe, ws), buf, self.cos, self.sin, o_t,
+                               self._tensor(opart, ws, (splits, bs, H, R)) if split else o_t,
+                               self._tensor(lse, ws, (splits, bs, H)) if split else o_t,
+                               kv_len, splits, tps, 0, scale, jit=True)
+        if key not in self.launchers:
+            self.launchers[key] = DescriptorLauncher.create(kernel, 4)
+
+
+_LEAN: dict = {}
+
+
 _SIDE: dict = {}
 
 
@@ -503,18 +801,26 @@ def custom_kernel(data):
     nope, rope, vd = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
     buf = kv_cache.data
     pos = kv_cache.seq_len
+    lean = _LEAN.get(key := _layout(config, x, buf)) if x.is_cuda else None
+    if lean is None and x.is_cuda and key not in _LEAN:
+        lean = _LEAN[key] = _Lean.create(config, x, buf)
+    if lean is not None:
+        kv_cache.seq_len = pos + 1
+        return lean(config, x, buf, pos)
     x2 = x.view(bs, dim)
-    side = _side_stream(x.device)
+    x1 = down_project(x2, config.Q_proj_down_weight, config.KV_proj_down_weight, buf, pos)
+    side = _side_stream(x.device) if x1 is None else None
     if side is not None:  # the KV append beside the Q projections: both are short and neither fills the GPU
         main = torch.cuda.current_stream(x.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
             buf[:, pos] = x2 @ config.KV_proj_down_weight.t()
-    else:
+    elif x1 is None:
         buf[:, pos] = x2 @ config.KV_proj_down_weight.t()           # the KV append
     kv_cache.seq_len = pos + 1
     w = config.KV_proj_up_weight.view(H, nope + vd, R)
-    x1 = x2 @ config.Q_proj_down_weight.t()
+    if x1 is None:
+        x1 = x2 @ config.Q_proj_down_weight.t()
     fused = q_up_absorbed(x1, config.Q_proj_up_weight, w[:, :nope], H, nope, rope)
     if fused is None:
         q = (x1 @ config.Q_proj_up_weight.t()).view(bs, H, nope + rope)

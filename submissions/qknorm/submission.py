@@ -96,11 +96,15 @@ def _build(q, k, w):
         return launch
 
     consts = tuple(meta.values())  # in the kernel's parameter order
+    # torch.empty_like costs the host less than torch.empty with a shape, dtype and device (3.8 against
+    # 6.9 us on the H100 host); it gives a contiguous tensor for a strided view, but copies a dense
+    # layout's strides, which the kernel's row-major writes would not match: then torch.empty.
+    like_q, like_k = torch.empty_like(q).is_contiguous(), torch.empty_like(k).is_contiguous()
     state = {}
 
     def launch(q, k, w):
-        qo = torch.empty(q_shape, dtype=dtype, device=device)
-        ko = torch.empty(k_shape, dtype=dtype, device=device)
+        qo = torch.empty_like(q) if like_q else torch.empty(q_shape, dtype=dtype, device=device)
+        ko = torch.empty_like(k) if like_k else torch.empty(k_shape, dtype=dtype, device=device)
         run = state.get("run")
         if run is not None:
             run(q, k, w, qo, ko)
@@ -112,28 +116,33 @@ def _build(q, k, w):
 
 
 def _direct_launcher(compiled, grid, consts, args):
-    """Call the compiled kernel's C launcher directly: no argument binding, specialisation,
-    hook or knob lookups in Python on each call (they cost more than the kernel here).
-    Launchers of some Triton versions take the constexpr values too, others not: try both
-    on the first call's arguments (it rewrites the same outputs); the C launcher rejects
-    a wrong argument count."""
+    """Call the compiled kernel's C launcher directly, the pointers as integers: no argument binding,
+    specialisation, hook or knob lookups in Python, and no driver query per pointer, on each call (they
+    cost more than the kernel here: 8.5 us a launch with tensors, 5.4 with integers, on the H100 host).
+    Launchers of some Triton versions take the constexpr values too, others not: try both on the first
+    call's arguments (it rewrites the same outputs); the C launcher rejects a wrong argument count."""
     g0, g1, g2 = tuple(grid) + (1,) * (3 - len(grid))
     try:
         compiled._init_handles()
-        run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+        launcher = compiled.run
+        if launcher.global_scratch_size or launcher.profile_scratch_size or launcher.launch_cooperative_grid:
+            raise TypeError("a launch this does not make")
+        raw = launcher.launch
+        base = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                compiled.packed_metadata, None, None, None)
         current_stream = torch._C._cuda_getCurrentRawStream
         device = args[0].device.index
     except Exception:  # noqa: BLE001 - any Triton API difference: keep the JIT path
-        run = None
-    for extra in ((), consts):
-        if run is None:
+        raw = None
+    for extra in (consts, ()):
+        if raw is None:
             break
         try:
-            run(g0, g1, g2, current_stream(device), function, metadata, None, None, None, *args, *extra)
+            raw(g0, g1, g2, current_stream(device), *base, *(a.data_ptr() for a in args), *extra)
         except TypeError:
             continue
-        return lambda *a: run(g0, g1, g2, current_stream(device), function, metadata, None, None, None,
-                              *a, *extra)
+        return lambda q, k, w, qo, ko: raw(g0, g1, g2, current_stream(device), *base, q.data_ptr(), k.data_ptr(),
+                                           w.data_ptr(), qo.data_ptr(), ko.data_ptr(), *extra)
     return lambda *a: _qknorm_kernel[grid](*a, *consts, num_warps=NUM_WARPS)
 
 

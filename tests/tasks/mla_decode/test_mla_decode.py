@@ -389,6 +389,35 @@ def test_q_up_absorbed_is_q_up_then_the_absorption():
     # declines and custom_kernel uses cuBLAS.
     assert _run_interpreted(Q_UP_ABSORBED).split() == ["True"] * 9 + ["fallback"] * 2
 
+DOWN_PROJECT = f"""
+import importlib.util, torch
+s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
+sol = importlib.util.module_from_spec(s); s.loader.exec_module(sol)
+torch.manual_seed(0)
+for bs, dim, dq, nkv, pos in ((3, 96, 48, 80, 7), (1, 64, 32, 80, 0), (20, 128, 64, 40, 5), (130, 64, 32, 80, 1)):
+    x2 = torch.randn(bs, dim).bfloat16()
+    wq, wkv = (torch.randn(dq, dim) / dim ** 0.5).bfloat16(), (torch.randn(nkv, dim) / dim ** 0.5).bfloat16()
+    buf = torch.zeros(bs, 9, nkv).bfloat16()
+    for call in range(2):   # the second call finds the counters the first one set back
+        x1 = sol.down_project(x2, wq, wkv, buf, pos + call)
+        if x1 is None:   # past 128 sequences: cuBLAS's path
+            print("fallback")
+            break
+        want_q, want_kv = (x2.float() @ wq.float().t()).bfloat16(), (x2.float() @ wkv.float().t()).bfloat16()
+        rel = lambda a, b: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+        others = torch.cat([buf[:, :pos], buf[:, pos + call + 1:]], 1)
+        print(rel(x1, want_q) < 1e-2 and rel(buf[:, pos + call], want_kv) < 1e-2 and not others.any()
+              and not sol._COUNTERS[(torch.device("cpu"), 0)].any())
+"""
+
+
+def test_down_project_writes_x1_and_the_cache_row():
+    # Q down and KV down in one split-K kernel: x1, the cache row at pos and nothing else, its tile
+    # counters back at zero after each call (a dq of 48 in 16-wide tiles, one sequence, a KV width
+    # that is not a multiple of the tile); past 128 sequences it declines.
+    assert _run_interpreted(DOWN_PROJECT).split() == ["True"] * 6 + ["fallback"]
+
+
 SPLITS_ON_AN_H100 = f"""
 import importlib.util, torch
 s = importlib.util.spec_from_file_location('sol', {str(ROOT / 'submissions' / 'mla_decode' / 'submission.py')!r})
