@@ -9,7 +9,7 @@ shift) or is one process off (a process offset).
 A variant is NAME=ARGS, ARGS comma-separated extra `kbench eval` arguments. The runs of the
 variants alternate (run 1 of each, then run 2 of each...), so a drift of the card over the
 runs hits them all. Per run: the submission's and the baseline's geomean over the cases,
-and each pool process's offset (a case + process fit, kbench.stats.estimates.fit_offsets); per
+and each pool process's offset (a case + process fit, kbench.stats.spread.fit_offsets); per
 variant: the largest and the standard deviation of the runs' geomeans, the largest ratio between two
 runs (what `kbench compare a.json b.json` calls the geomean ratio), and that spread split into
 what each process draws and what a run's processes share (`components`), with the chance that
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from kbench.run.records import geomean
-from kbench.stats.estimates import fit_offsets, offset_cells, offset_variance
+from kbench.stats.spread import fit_offsets, offset_cells, offset_variance
 
 
 def run_figures(run: dict) -> dict:

@@ -64,11 +64,11 @@ def run_options(fn):
         click.option("--min-samples", type=int, default=StopRule.min_samples, show_default=True),
         click.option("--max-samples", type=int, default=StopRule.max_samples, show_default=True,
                      help="CPU mode: at most 3."),
-        click.option("--processes", type=click.IntRange(1, 8), default=DEFAULT_PROCESSES, show_default=True,
+        click.option("--processes", type=click.IntRange(1, 16), default=DEFAULT_PROCESSES, show_default=True,
                      help="Worker processes per submission and baseline that time each case; its figure is "
                           "the mean of their medians, its interval includes their spread (CUDA only; CPU "
                           "mode uses one)."),
-        click.option("--pool", type=click.IntRange(1, 8), default=None,
+        click.option("--pool", type=click.IntRange(1, 16), default=None,
                      help="Worker processes per submission and baseline in all (default: the task's GPU_POOL, "
                           "else --processes): each "
                           "case goes to the next --processes of them round the pool, so a suite's geomean "

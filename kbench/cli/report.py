@@ -181,10 +181,11 @@ def compare_summary(result: dict) -> str:
         lo, hi = s["geomean_ratio_ci95"]
         line = (f"B/A geomean time {s['geomean_ratio']:.3f} (95% CI {lo:.3f}-{hi:.3f}): {s['verdict']}; "
                 f"{s['compared']}/{s['cases']} cases compared ({how})")
+        if s.get("intervals_together", 0) > 1:
+            line += f"; the {s['intervals_together']} intervals hold together at 95%"
         offsets = s.get("process_offset_pct")
-        if offsets and max(offsets) > s["process_offset_floor_pct"]:   # wider than the floor gives
-            line += (f"; the geomean's interval holds A's and B's worker processes sitting "
-                     f"{offsets[0]:g}% and {offsets[1]:g}% apart (SD)")
+        if offsets:
+            line += f"; a process's median sits {offsets[0]:g}% (A) and {offsets[1]:g}% (B) from its case's (SD)"
     else:
         line = f"no case passed on both sides ({how})"
     if s["failed"] and s.get("timed", True):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 import platform
+import statistics
 from datetime import datetime, timezone
 
 from kbench import __version__
 from kbench.protocol import Report
-from kbench.stats.estimates import Summary, case_spread, is_throttled, max_sm_clock, offset_cells
+from kbench.stats.estimates import Summary, is_throttled, max_sm_clock, t_quantile
+from kbench.stats.spread import OFFSET_FIELDS, case_spread, offset_cells
 from kbench.tasks.check import CheckResult, validate_score
 from kbench.tasks.interface import TASK
 from kbench.worker import environment
@@ -124,32 +126,52 @@ _SIDES = {"case": ("latency_ms", "noise", "latency_ci95_ms", "process_ids"),
           "baseline": ("baseline_latency_ms", "baseline_noise", "baseline_ci95_ms", "baseline_process_ids")}
 
 
+_DF_KEYS = {"case": "noise_df", "baseline": "baseline_noise_df"}
+
+
+def _own_spread(rec: dict, side: str) -> float:
+    """The variance (log scale) of a case's own processes' medians, 0 with fewer than two."""
+    logs = [math.log(m) for m in rec.get(OFFSET_FIELDS[side][1]) or [] if m and m > 0]
+    return statistics.variance(logs) if len(logs) >= 2 else 0.0
+
+
 def widen_by_process_spread(records: list[dict]) -> dict:
     """Give every timed case at least the interval a typical case's processes show.
 
     A case's own K processes (two by default) read the spread between processes with K - 1
     degrees of freedom: two that happen to sit together give a tight interval that the next
     run's two need not share (qknorm's cases: 1-3% per process on the H100). The run's cases
-    together read it far better (``estimates.case_spread``); a case's relative standard
-    error is raised to that spread / sqrt(K) where it was below, and its 95% interval with it.
-    Returns each side's spread (SD, %) for the run record; None where too few cases had two
-    processes."""
-    spread = {}
+    together read it far better (``spread.case_spread``, pooled); a case's relative standard
+    error is raised to that spread / sqrt(K) where it was below, and its 95% interval (Student's t)
+    with it. Each case records the degrees of freedom of its error (``noise_df``): the pool's, or
+    K - 1 for a case whose processes split far wider than the others (it keeps its own), none
+    where its processes' own sampling error is the larger part (many calls: taken as known).
+    Returns each side's spread (SD, %) and degrees of freedom for the run record; None where no
+    case had two processes."""
+    spread, dfs = {}, {}
     for side, (ms_key, noise_key, ci_key, ids_key) in _SIDES.items():
-        variance = case_spread(offset_cells(records, side))
-        spread[side] = _r(100 * math.sqrt(variance), 3) if variance is not None else None
-        if variance is None:
+        pooled = case_spread(offset_cells(records, side))
+        spread[side] = _r(100 * math.sqrt(pooled.variance), 3) if pooled is not None else None
+        dfs[side] = pooled.df if pooled is not None else None
+        if pooled is None:
             continue
-        for rec in records:
+        for i, rec in enumerate(records):
             ms, k = rec.get(ms_key), len(rec.get(ids_key) or [])
             if not ms or not k or rec.get(noise_key) is None:
                 continue
-            floor = math.sqrt(variance / k)
-            if floor > rec[noise_key]:
-                half = 1.96 * floor * ms
-                rec[noise_key] = _r(floor, 5)
+            own = _own_spread(rec, side)
+            if i in pooled.apart:
+                df = k - 1
+            elif rec[noise_key] ** 2 > 1.01 * max(own, pooled.variance) / k:
+                df = None   # the processes' own sampling error sets it: hundreds of calls, not K processes
+            else:
+                rec[noise_key] = _r(max(rec[noise_key], math.sqrt(pooled.variance / k)), 5)
+                df = pooled.df
+            rec[_DF_KEYS[side]] = df
+            if df is not None:   # else the 95% interval the case has, at the normal's 1.96, stands
+                half = t_quantile(0.975, df) * rec[noise_key] * ms
                 rec[ci_key] = [_r(ms - half), _r(ms + half)]
-    return spread
+    return {"pct": spread, "df": dfs}
 
 
 def note_throttling(rec: dict, calibration: dict) -> None:
@@ -206,9 +228,11 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
             # medians), taken in turn from a pool of this many
             "processes": options.process_count,
             "pool": options.pool_size,
-            # one process's median about its case's figure in a typical case (SD, %): every
-            # case's interval holds at least this / sqrt(processes) (widen_by_process_spread)
-            "process_spread_pct": spread,
+            # one process's median about its case's figure, pooled over the cases (SD, %), and
+            # its degrees of freedom: every case's interval holds at least this / sqrt(processes)
+            # (widen_by_process_spread); compare takes its quantiles at these degrees of freedom
+            "process_spread_pct": spread["pct"],
+            "process_spread_df": spread["df"],
             # --cuda-connections: CUDA_DEVICE_MAX_CONNECTIONS in the workers (None: CUDA's default,
             # 8; the workers drop any value the environment has, kbench/worker/environment.py)
             "cuda_connections": options.cuda_connections if options.device == "cuda" else None,

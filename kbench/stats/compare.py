@@ -1,7 +1,11 @@
 """Is B faster than A? Per-case verdicts from both medians' uncertainty, not a bare ratio.
 
-Each median's interval already holds the spread between worker processes (kbench/stats/estimates.py
-``pool``); a geomean also carries the part of that spread shared by every case of a process.
+Each median's interval already holds the spread between worker processes, as the run's own
+processes showed it (kbench/stats/estimates.py ``pool``, kbench/run/records.py); a geomean also
+carries the part of that spread shared by every case of a process. The intervals hold together:
+over the compared cases and the geomean at 95% (Bonferroni), with Student's t at the degrees of
+freedom the runs read their spreads with, so twenty cases of identical code are called no more
+often than one.
 
 Timings are compared only when both sides' are meaningful (CUDA): CPU-mode figures are
 interpreter wall clock, so there compare judges the statuses alone. The gate
@@ -15,7 +19,8 @@ from pathlib import Path
 
 from kbench.errors import KbenchError
 from kbench.stats import estimates
-from kbench.stats.estimates import PROCESS_REL, max_sm_clock, offset_cells, offset_variance
+from kbench.stats.estimates import PROCESS_REL, max_sm_clock, t_quantile, t_upper_tail, welch_df
+from kbench.stats.spread import case_spread, offset_cells
 from kbench.worker import environment
 
 Z95 = 1.96
@@ -27,25 +32,27 @@ def shared_noise(processes_a: int, processes_b: int, offset_a: float = PROCESS_R
     """The relative standard error every case of a geomean shares: a worker process's offset
     moves all its cases together (on the H100 a whole qknorm run sat ~1% above another), so
     it does not shrink with the number of cases; each side's K processes divide its variance
-    by K. ``offset_*``: each side's per-process offset (SD, relative; ``process_offset``)."""
+    by K. ``offset_*``: each side's per-process spread (SD, relative; ``process_offset``)."""
     return math.sqrt(offset_a ** 2 / max(1, processes_a) + offset_b ** 2 / max(1, processes_b))
 
 
-def process_offset(run: dict, side: str = "case") -> float:
-    """One side's per-process offset (SD, relative) for its geomean: what the run's own
-    processes show (kbench/stats/estimates.py), never less than ``PROCESS_REL`` (two or four
-    processes are few to read a spread from, and the floor is what the H100 showed for a
-    one-launch kernel). A submission whose processes sit 5% apart gets a geomean interval
-    that says so."""
-    variance = offset_variance(offset_cells(run.get("cases", []), side))
-    return max(PROCESS_REL, math.sqrt(variance[0]) if variance else 0.0)
+def process_offset(run: dict, side: str = "case") -> tuple[float, float | None]:
+    """One side's per-process spread (SD, relative) and its degrees of freedom, as the run's own
+    processes showed it: a process's median about its case's figure, pooled over the run's cases
+    (``spread.case_spread``, as ``timing.process_spread_pct``). It holds a process's lasting
+    offset, which a geomean carries whole, with its offset on one case and its sampling error, so
+    it bounds the lasting part from above with many degrees of freedom where an offset fit would
+    have one or two. A run of one process a case cannot show it: then ``PROCESS_REL``, taken as
+    known (df None)."""
+    pooled = case_spread(offset_cells(run.get("cases", []), side))
+    if pooled is None:
+        return PROCESS_REL, None
+    return math.sqrt(pooled.variance), pooled.df
 
 
-def _show_offsets(summary: dict, offsets: tuple[float, float]) -> None:
-    """A's and B's per-process offsets (%) in the summary, with the floor the report checks
-    them against."""
-    summary["process_offset_pct"] = [round(100 * o, 2) for o in offsets]
-    summary["process_offset_floor_pct"] = 100 * PROCESS_REL
+def _show_offsets(summary: dict, offsets: tuple) -> None:
+    """A's and B's per-process spreads (%) in the summary."""
+    summary["process_offset_pct"] = [round(100 * o, 2) for o, _ in offsets]
 
 
 def load_result(source) -> dict:
@@ -87,11 +94,19 @@ def load_result(source) -> dict:
     return data
 
 
-def ratio_interval(a_ms: float, a_noise: float, b_ms: float, b_noise: float) -> tuple[float, float, float]:
-    """B/A with a 95% interval, from each median's relative standard error (log scale)."""
+def ratio_interval(a_ms: float, a_noise: float, b_ms: float, b_noise: float,
+                   z: float = Z95) -> tuple[float, float, float]:
+    """B/A with an interval of ``z`` standard errors (95% alone: 1.96), from each median's relative
+    standard error (log scale)."""
     r = b_ms / a_ms
     se = math.sqrt((a_noise or 0.0) ** 2 + (b_noise or 0.0) ** 2)
-    return r, r * math.exp(-Z95 * se), r * math.exp(Z95 * se)
+    return r, r * math.exp(-z * se), r * math.exp(z * se)
+
+
+def together(intervals: int, df: float | None) -> float:
+    """The quantile that makes ``intervals`` two-sided intervals hold together at 95% (Bonferroni),
+    at Student's t with ``df`` degrees of freedom (None: the normal)."""
+    return t_quantile(1 - 0.025 / max(1, intervals), df)
 
 
 def verdict(lo: float, hi: float) -> str:
@@ -106,26 +121,34 @@ def verdict(lo: float, hi: float) -> str:
 
 
 def _side(case: dict, prefix: str) -> tuple:
-    """(status, latency_ms, noise, reason) of one side of a case record; ``prefix`` "baseline"
-    reads the baseline's fields, "case" the submission's."""
+    """(status, latency_ms, noise, reason, noise's degrees of freedom) of one side of a case
+    record; ``prefix`` "baseline" reads the baseline's fields, "case" the submission's."""
     if prefix == "baseline":
         # None: the runner stops a case at the submission's first failure, before the baseline
         status = case.get("baseline_status") or "not run"
         ms = case.get("baseline_latency_ms") if status == "passed" else None
-        return status, ms, case.get("baseline_noise"), case.get("baseline_reason") or ""
-    return case["status"], case.get("latency_ms"), case.get("noise"), case.get("reason") or ""
+        return (status, ms, case.get("baseline_noise"), case.get("baseline_reason") or "",
+                case.get("baseline_noise_df"))
+    return case["status"], case.get("latency_ms"), case.get("noise"), case.get("reason") or "", case.get("noise_df")
 
 
 def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None = None,
-                  shared: float = 0.0, timed: bool = True) -> dict:
-    """``pairs``: (case, (status, ms, noise[, reason]) of A, same of B) -> rows and a geomean
-    summary.
+                  shared: float = 0.0, timed: bool = True, dfs: tuple = (None, None),
+                  shared_df: float | None = None) -> dict:
+    """``pairs``: (case, (status, ms, noise[, reason[, noise's df]]) of A, same of B) -> rows and a
+    geomean summary.
 
     ``controls``: per case, ((ms, noise) of A's baseline, same of B's) when both runs timed the
     same baseline beside the submission: the ratio is then taken against it, which cancels
     drift between the runs. ``shared``: the geomean's relative standard error shared by every
-    case (``shared_noise``). ``timed`` False (CPU-mode timings): statuses only, no ratio."""
-    rows, logs, ses = [], [], []
+    case (``shared_noise``), read with ``shared_df`` degrees of freedom. ``dfs``: the degrees of
+    freedom of A's and B's noise where a side does not give its own (None: taken as known).
+    ``timed`` False (CPU-mode timings): statuses only, no ratio. Every interval is one of a family
+    that holds together at 95%: the compared cases and, with two or more, the geomean."""
+    compared = sum(sa[0] == "passed" and sb[0] == "passed" and bool(sa[1]) and bool(sb[1]) and timed
+                   for _, sa, sb in pairs)
+    family = compared + (compared > 1)
+    rows, logs, parts = [], [], []
     for name, side_a, side_b in pairs:
         (sa, ma, na), (sb, mb, nb) = side_a[:3], side_b[:3]
         row = {"case": name, "a_status": sa, "b_status": sb, "a_ms": ma, "b_ms": mb,
@@ -134,30 +157,39 @@ def compare_cases(pairs: list[tuple[str, tuple, tuple]], controls: dict | None =
                "verdict": "FAILED" if sa != "passed" or sb != "passed" else "NOT TIMED"}
         if sa == "passed" and sb == "passed" and ma and mb and timed:
             ea, eb = na or 0.0, nb or 0.0
-            r, lo, hi = ratio_interval(ma, ea, mb, eb)
             control = (controls or {}).get(name)
             if control:
                 (ca, nca), (cb, ncb) = control
                 drift = cb / ca
-                r, lo, hi = ratio_interval(ma, math.hypot(ea, nca or 0.0), mb / drift, math.hypot(eb, ncb or 0.0))
+                ea, eb, mb = math.hypot(ea, nca or 0.0), math.hypot(eb, ncb or 0.0), mb / drift
                 row["baseline_drift"] = round(drift, 4)
-            se = (math.log(hi) - math.log(lo)) / (2 * Z95)
+            dfa, dfb = (side[4] if len(side) > 4 and side[4] else run_df
+                        for side, run_df in zip((side_a, side_b), dfs))
+            df = welch_df([(ea * ea, dfa), (eb * eb, dfb)])
+            r, lo, hi = ratio_interval(ma, ea, mb, eb, together(family, df))
+            se = math.hypot(ea, eb)
             row.update(ratio=round(r, 4), ratio_ci95=[round(lo, 4), round(hi, 4)], log_se=round(se, 6),
-                       verdict=verdict(lo, hi))
+                       df=round(df, 1) if math.isfinite(df) else None, verdict=verdict(lo, hi))
             logs.append(math.log(r))
-            ses.append(se)
+            parts.append((se * se, df))
         rows.append(row)
-    summary = {"cases": len(rows), "compared": len(logs), "timed": timed,
+    summary = {"cases": len(rows), "compared": len(logs), "timed": timed, "intervals_together": family,
                "failed": sum(r["verdict"] == "FAILED" for r in rows),
                "a_passed": sum(r["a_status"] == "passed" for r in rows),
                "b_passed": sum(r["b_status"] == "passed" for r in rows),
-               "geomean_ratio": None, "geomean_ratio_ci95": None, "geomean_log_se": None, "verdict": None}
+               "geomean_ratio": None, "geomean_ratio_ci95": None, "geomean_log_se": None, "geomean_df": None,
+               "verdict": None}
     if logs:
-        mean = sum(logs) / len(logs)
-        se = math.hypot(math.sqrt(sum(s * s for s in ses)) / len(logs), shared)
-        lo, hi = math.exp(mean - Z95 * se), math.exp(mean + Z95 * se)
+        n = len(logs)
+        mean = sum(logs) / n
+        terms = [(v / n / n, df) for v, df in parts] + [(shared * shared, shared_df)]
+        se = math.sqrt(sum(v for v, _ in terms))
+        df = welch_df(terms)
+        z = together(family, df)
+        lo, hi = math.exp(mean - z * se), math.exp(mean + z * se)
         summary.update(geomean_ratio=round(math.exp(mean), 4), geomean_ratio_ci95=[round(lo, 4), round(hi, 4)],
-                       geomean_log_se=round(se, 6), verdict=verdict(lo, hi))
+                       geomean_log_se=round(se, 6), geomean_df=round(df, 1) if math.isfinite(df) else None,
+                       verdict=verdict(lo, hi))
     return {"rows": rows, "summary": summary}
 
 
@@ -186,7 +218,8 @@ def compare_runs(run_a: dict, run_b: dict, normalize: bool = False) -> dict:
         raise KbenchError("--normalize needs the same baseline timed on every compared case of both results")
     offsets = process_offset(run_a), process_offset(run_b)
     out = compare_cases(pairs, controls if normalize else None,
-                        shared_noise(_processes(run_a), _processes(run_b), *offsets), timed)
+                        shared_noise(_processes(run_a), _processes(run_b), offsets[0][0], offsets[1][0]), timed,
+                        dfs=(offsets[0][1], offsets[1][1]), shared_df=_shared_df(offsets))
     _show_offsets(out["summary"], offsets)
     if not normalize:  # shown, not divided out: did the card itself move between the runs?
         for row in out["rows"]:
@@ -227,6 +260,12 @@ def throttled(run: dict, side: str, key: str) -> str | None:
             f"those ratios say as much about the card as about the code")
 
 
+def _shared_df(offsets: tuple) -> float | None:
+    """Degrees of freedom of the geomean's shared term, from each side's (spread, df)."""
+    df = welch_df([(o * o, d) for o, d in offsets])
+    return df if math.isfinite(df) else None
+
+
 def _processes(run: dict) -> int:
     """How many processes a run's geomean averages over: its pool, or fewer when too few
     cases went round it (each case takes ``processes`` of them)."""
@@ -241,7 +280,9 @@ def compare_interleaved(run: dict) -> dict:
     pairs = [(c["case"], _side(c, "baseline"), _side(c, "case")) for c in run["cases"]]
     k = _processes(run)
     offsets = process_offset(run, "baseline"), process_offset(run, "case")
-    out = compare_cases(pairs, shared=shared_noise(k, k, *offsets), timed=bool(run["timing"]["meaningful"]))
+    out = compare_cases(pairs, shared=shared_noise(k, k, offsets[0][0], offsets[1][0]),
+                        timed=bool(run["timing"]["meaningful"]), dfs=(offsets[0][1], offsets[1][1]),
+                        shared_df=_shared_df(offsets))
     _show_offsets(out["summary"], offsets)
     out["summary"]["interleaved"] = True
     # A and B both ran without them; the user who exported one is told where it went.
@@ -256,12 +297,13 @@ def compare_interleaved(run: dict) -> dict:
 FAMILY_ALPHA = 0.025
 
 
-def _p_slower(log_ratio: float, se: float, limit: float) -> float:
-    """One-sided p-value of "B/A is at most ``limit``" given log(B/A) and its standard error."""
+def _p_slower(log_ratio: float, se: float, limit: float, df: float | None = None) -> float:
+    """One-sided p-value of "B/A is at most ``limit``" given log(B/A), its standard error and that
+    error's degrees of freedom (None: known)."""
     excess = log_ratio - math.log(limit)
     if not se:
         return 0.0 if excess > 0 else 1.0
-    return 0.5 * math.erfc(excess / se / math.sqrt(2))
+    return t_upper_tail(excess / se, df)
 
 
 def slower_than(result: dict, pct: float) -> list[str]:
@@ -272,12 +314,12 @@ def slower_than(result: dict, pct: float) -> list[str]:
     s = result["summary"]
     tests = []
     if s["geomean_ratio"] is not None:
-        tests.append((_p_slower(math.log(s["geomean_ratio"]), s["geomean_log_se"], limit),
+        tests.append((_p_slower(math.log(s["geomean_ratio"]), s["geomean_log_se"], limit, s.get("geomean_df")),
                       f"geomean {s['geomean_ratio']:.3f}x the time of A (95% CI "
                       f"{s['geomean_ratio_ci95'][0]:.3f}-{s['geomean_ratio_ci95'][1]:.3f})"))
     for r in result["rows"]:
         if r["ratio"] is not None:
-            tests.append((_p_slower(math.log(r["ratio"]), r["log_se"], limit),
+            tests.append((_p_slower(math.log(r["ratio"]), r["log_se"], limit, r.get("df")),
                           f"{r['case']}: {r['ratio']:.3f}x the time of A"))
     tests.sort(key=lambda t: t[0])
     found = []

@@ -1,9 +1,8 @@
 """Statistics of timed calls: medians, their intervals, pooled processes and the stop rule."""
 from __future__ import annotations
 
+import functools
 import math
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,15 +84,16 @@ def summarize(samples: list[float]) -> Summary:
 
 
 # How far one target's median moves between two worker processes on the same card, beyond
-# what either process's samples show: fixed per process (launch gaps, docs/measurement.md "Per-
-# process launch gaps"): ~1% (sd) for a one-launch kernel of a few microseconds on the H100, with
-# an absolute part for the shortest ones. A figure from K processes carries it divided by K.
+# what either process's samples show (docs/measurement.md, "Processes"): assumed only where a run
+# cannot read it, a figure from one process: ~1% (sd) for a one-launch kernel of a few
+# microseconds on the H100, with an absolute part for the shortest ones. A run timed in two or
+# more processes reads it from its own processes (``pool``, ``case_spread``).
 PROCESS_REL = 0.01
 PROCESS_ABS_MS = 0.1e-3
 
 
 def process_floor(median_ms: float) -> float:
-    """The relative between-process spread (sd) a single process cannot show."""
+    """The relative between-process spread (sd) assumed for a figure of one process."""
     return max(PROCESS_REL, PROCESS_ABS_MS / median_ms) if median_ms > 0 else PROCESS_REL
 
 
@@ -110,12 +110,13 @@ def pool(groups: list[list[float]]) -> Pooled:
     """The figure of one target timed in ``len(groups)`` processes (samples per process).
 
     Median: the mean of the processes' Harrell-Davis medians (a process's fixed offset counts
-    1/K whatever its number of samples). Its variance is the larger of
-    - what the processes' medians show: their sample variance / K (needs K >= 2), and
-    - each process's own sampling error (from its 95% interval) / K^2, plus the spread between
-      processes that one process cannot show (``process_floor``)^2 / K,
-    so two processes that disagree widen the interval instead of being averaged into a
-    precise-looking figure. Quartiles are over all samples."""
+    1/K whatever its number of samples). Its variance, with K >= 2, is the larger of what the
+    processes' medians show (their sample variance / K) and each process's own sampling error
+    (from its 95% interval) / K^2: two processes that disagree widen the interval instead of
+    being averaged into a precise-looking figure. The run then gives each case at least what a
+    typical case's processes show (kbench/run/records.py ``widen_by_process_spread``), which
+    K - 1 degrees of freedom alone read poorly. One process cannot show the spread between
+    processes: its figure carries ``process_floor``. Quartiles are over all samples."""
     parts = [summarize(g) for g in groups if g]
     every = sorted(x for g in groups for x in g)
     if not parts:
@@ -124,10 +125,11 @@ def pool(groups: list[list[float]]) -> Pooled:
     mean = sum(p.median for p in parts) / k
     if mean <= 0 or not math.isfinite(mean):
         return Pooled(summarize(every), tuple(parts))
-    within = sum(((p.ci_high - p.ci_low) / (2 * 1.96)) ** 2 for p in parts) / k**2
-    var = within + (process_floor(mean) * mean) ** 2 / k
+    var = sum(((p.ci_high - p.ci_low) / (2 * 1.96)) ** 2 for p in parts) / k**2
     if k >= 2:
         var = max(var, sum((p.median - mean) ** 2 for p in parts) / (k - 1) / k)
+    else:
+        var += (process_floor(mean) * mean) ** 2
     half = 1.96 * math.sqrt(var)
     summary = Summary(len(every), mean, quantile(every, 0.25), quantile(every, 0.75), mean - half, mean + half)
     return Pooled(summary, tuple(parts))
@@ -271,107 +273,46 @@ def median_clock(mhz: list[float]) -> float | None:
     return round(summarize(mhz).median) if mhz else None
 
 
-# -- how far one target's processes sit apart ---------------------------------------------
-# How far one target's worker processes sit apart in a run, read from the run's own records.
-#
-# Every case record keeps each of its processes' medians (``latency_by_process_ms`` with
-# ``process_ids``, the same with ``baseline_``). Fitted as log median = case level + process
-# offset, the offsets a process keeps over all its cases are what a suite's geomean carries
-# (docs/measurement.md, "Processes"); what a process shows on one case alone averages out.
+# -- Student's t, for intervals whose variance a run estimated from few processes ---------
 
-OFFSET_FIELDS = {"case": ("process_ids", "latency_by_process_ms"),
-          "baseline": ("baseline_process_ids", "baseline_by_process_ms")}
-
-
-@dataclass(frozen=True)
-class OffsetFit:
-    offsets: dict          # process -> offset (log scale), mean 0 within its group
-    levels: dict           # case index -> level (log scale)
-    groups: list           # sets of processes linked by shared cases
+def _t_cdf(x: float, df: float) -> float:
+    """P(T <= x) for Student's t with ``df`` degrees of freedom (df > 0), by Simpson's rule on the
+    density from 0 to |x| (x is small here: a few units)."""
+    if math.isinf(df):
+        return 0.5 * math.erfc(-x / math.sqrt(2))
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    a, n = abs(x), 400
+    h = a / n
+    f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1)]
+    area = h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+    return 0.5 + math.copysign(area, x)
 
 
-def offset_cells(cases: list[dict], side: str = "case") -> list[tuple[int, tuple, float]]:
-    """(case index, process, log median) of every timed process of every case. A process is
-    (card label, id in its pool): a run spread over GPUs (``--gpus``, ``--ray``) numbers each
-    child's pool from 0."""
-    ids_field, medians_field = OFFSET_FIELDS[side]
-    return [(i, (c.get("gpu"), pid), math.log(median)) for i, c in enumerate(cases)
-            for pid, median in zip(c.get(ids_field) or [], c.get(medians_field) or [])
-            if median and median > 0]
+def t_quantile(p: float, df: float | None) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t; ``df`` None or infinite: the normal's."""
+    return _t_quantile(p, round(df, 1) if df is not None and math.isfinite(df) else None)
 
 
-def fit_offsets(cells: list[tuple[int, object, float]], rounds: int = 500) -> OffsetFit:
-    """Case levels and process offsets by alternating least squares. Offsets compare only
-    within a group of processes that shared cases, and have mean 0 in each: fixed pairs (a
-    pool of 8 two a case as kbench rotated it before 0b0171f: 0-1, 2-3, ...) are four groups,
-    where a case's level cannot tell one pair from another."""
-    by_case, by_process = defaultdict(list), defaultdict(list)
-    for case, pid, y in cells:
-        by_case[case].append((pid, y))
-        by_process[pid].append((case, y))
-    groups, seen = [], set()
-    for start in by_process:   # connected parts of the process-case graph
-        if start in seen:
-            continue
-        group, todo = set(), [start]
-        while todo:
-            pid = todo.pop()
-            if pid not in group:
-                group.add(pid)
-                todo += [q for case, _ in by_process[pid] for q, _ in by_case[case]]
-        seen |= group
-        groups.append(group)
-    offsets = {pid: 0.0 for pid in by_process}
-    levels = {}
-    for _ in range(rounds):
-        levels = {case: statistics.fmean(y - offsets[pid] for pid, y in obs) for case, obs in by_case.items()}
-        fitted = {pid: statistics.fmean(y - levels[case] for case, y in obs) for pid, obs in by_process.items()}
-        for group in groups:
-            center = statistics.fmean(fitted[p] for p in group)
-            for p in group:
-                fitted[p] -= center
-        moved = max((abs(fitted[p] - offsets[p]) for p in fitted), default=0.0)
-        offsets = fitted
-        if moved < 1e-12:
-            break
-    return OffsetFit(offsets, levels, groups)
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(p: float, df: float | None) -> float:
+    df = math.inf if df is None else max(df, 0.1)
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
 
 
-def offset_variance(cells: list[tuple[int, object, float]], fitted: OffsetFit | None = None) -> tuple[float, int] | None:
-    """The variance of a process's lasting offset (log scale, squared) and its degrees of
-    freedom, or None where no two processes shared a case. The offsets' spread within each
-    group, less what a process's own case-to-case scatter adds to its fitted offset (the
-    residual variance over the cases it took). ``fitted``: ``fit_offsets(cells)``, where the caller
-    has it already."""
-    if not cells:
-        return None
-    f = fitted or fit_offsets(cells)
-    df = sum(len(g) - 1 for g in f.groups)
-    if df == 0:
-        return None
-    raw = sum(f.offsets[p] ** 2 for g in f.groups for p in g) / df
-    residual_df = len(cells) - len(f.levels) - df
-    taken = defaultdict(int)
-    for _, pid, _ in cells:
-        taken[pid] += 1
-    if residual_df > 0:
-        residual = sum((y - f.levels[c] - f.offsets[p]) ** 2 for c, p, y in cells) / residual_df
-        raw -= residual * statistics.fmean(1 / n for n in taken.values())
-    return max(0.0, raw), df
+def t_upper_tail(x: float, df: float | None) -> float:
+    """P(T > x) for Student's t (``df`` None or infinite: the normal)."""
+    return 1.0 - _t_cdf(x, math.inf if df is None else df)
 
 
-def case_spread(cells: list[tuple[int, object, float]]) -> float | None:
-    """The variance (log scale, squared) of one process's median about its case's figure, for
-    a typical case: pooled over the run's cases, where a case's own K processes give it K - 1
-    degrees of freedom (one, with two). Robust to a few cases whose processes split wide (they
-    keep their own spread): the median of the cases' sample variances, divided by the median
-    of a chi-square over its degrees of freedom ((1 - 2 / 9k)^3, Wilson-Hilferty). None with
-    fewer than three cases timed in two or more processes."""
-    by_case = defaultdict(list)
-    for case, _, y in cells:
-        by_case[case].append(y)
-    variances = [(statistics.variance(ys), len(ys) - 1) for ys in by_case.values() if len(ys) >= 2]
-    if len(variances) < 3:
-        return None
-    df = statistics.median_low(k for _, k in variances)
-    return statistics.median(v for v, _ in variances) / (1 - 2 / (9 * df)) ** 3
+def welch_df(parts: list[tuple[float, float | None]]) -> float:
+    """Degrees of freedom of a sum of variance estimates (Welch-Satterthwaite): ``parts`` are
+    (variance, its df), df None for a variance taken as known."""
+    total = sum(v for v, _ in parts)
+    spread = sum(v * v / df for v, df in parts if df and v > 0)
+    return total * total / spread if spread > 0 else math.inf

@@ -147,7 +147,7 @@ LONG = "a" * 300   # a name over the file system's 255 bytes
 
 @pytest.mark.parametrize("args, message", [
     (["eval"], "Missing argument 'SUBMISSIONS...'. (see: cli eval --help)"),
-    (["eval", QKNORM, "--processes", "0"], "Invalid value for '--processes': 0 is not in the range 1<=x<=8."),
+    (["eval", QKNORM, "--processes", "0"], "Invalid value for '--processes': 0 is not in the range 1<=x<=16."),
     (["eval", QKNORM, "--jsno", "x"], "No such option '--jsno'. (Did you mean one of: '--json', '--noise'?)"),
     (["show"], "Missing argument 'TASK'."),
     (["list", "qknorm"], "Got unexpected extra argument (qknorm)"),

@@ -16,11 +16,12 @@ def _process(median_us: float, n: int = 50, spread: float = 0.002) -> list[float
     return [median_us * 1e-3 * (1 + spread * (2 * i / (n - 1) - 1)) for i in range(n)]
 
 
-def test_processes_that_agree_give_their_mean_and_the_floor_they_cannot_show():
+def test_processes_that_agree_give_their_mean_and_the_spread_they_show():
     fig = pool([_process(62.0), _process(62.4)]).summary
     assert fig.median == pytest.approx(62.2e-3, rel=1e-3)
-    # tight samples, close medians: the interval is the between-process floor over sqrt(2)
-    assert fig.noise == pytest.approx(PROCESS_REL / 2**0.5, rel=0.1)
+    # tight samples, close medians: the standard error is what the two medians show (0.2 us
+    # either side of their mean), nothing assumed
+    assert fig.noise == pytest.approx(0.2 / 62.2, rel=1e-3)
     assert fig.n == 100
 
 
@@ -144,15 +145,17 @@ def test_a_case_whose_two_processes_happen_to_agree_gets_the_spread_the_others_s
 
     # nine cases whose two processes sit 4% apart, one whose two agree: its own tight interval
     # is one draw of a spread the run shows nine times over
-    records = [_timed(0.005, [0.0049, 0.0051]) for _ in range(9)] + [_timed(0.005, [0.005, 0.005])]
+    # (which of the two is the slower one changes case to case: a scatter, not a lasting offset)
+    records = [_timed(0.005, [0.0049, 0.0051][::(-1) ** i]) for i in range(9)] + [_timed(0.005, [0.005, 0.005])]
     spread = widen_by_process_spread(records)
-    # the median case's variance, 0.04^2 / 2, over the median of a chi-square of one degree of
-    # freedom (0.47): what random draws of that spread would give as their median
-    expected = (0.04 ** 2 / 2 / (1 - 2 / 9) ** 3) ** 0.5
-    assert spread["case"] == pytest.approx(100 * expected, abs=0.05) and spread["baseline"] is None
+    # the ten cases' variances pooled, nine of (4%)^2 / 2 and one of 0, each with one degree of freedom
+    expected = (0.04 ** 2 / 2 * 9 / 10) ** 0.5
+    assert spread["pct"]["case"] == pytest.approx(100 * expected, abs=0.05) and spread["pct"]["baseline"] is None
+    assert spread["df"] == {"case": 10, "baseline": None}
     lucky = records[-1]
-    assert lucky["noise"] == pytest.approx(expected / 2 ** 0.5, rel=0.01)
-    assert lucky["latency_ci95_ms"][0] < 0.005 * (1 - 0.05) and lucky["latency_ci95_ms"][1] > 0.005 * 1.05
+    assert lucky["noise"] == pytest.approx(expected / 2 ** 0.5, rel=0.01) and lucky["noise_df"] == 10
+    # Student's t at 10 degrees of freedom: 2.23 standard errors each way
+    assert lucky["latency_ci95_ms"][1] - 0.005 == pytest.approx(2.228 * lucky["noise"] * 0.005, rel=0.01)
 
 
 def test_processes_that_agree_leave_the_intervals_as_they_were():
@@ -161,6 +164,8 @@ def test_processes_that_agree_leave_the_intervals_as_they_were():
     records = [_timed(0.06, [0.05998, 0.06002]) for _ in range(6)]
     before = [dict(r) for r in records]
     widen_by_process_spread(records)
+    # each case's own 0.4% (its processes' sampling error) stands, taken as known: nothing moves
+    assert all(r.pop("noise_df") is None for r in records)
     assert records == before
 
 
@@ -169,13 +174,14 @@ def test_one_case_whose_processes_split_wide_does_not_widen_the_others():
 
     records = [_timed(0.005, [0.004998, 0.005002]) for _ in range(9)] + [_timed(0.005, [0.0046, 0.0054], 0.06)]
     widen_by_process_spread(records)
-    assert all(r["noise"] == 0.004 for r in records[:9])   # the median case: 0.1% apart
-    assert records[-1]["noise"] == 0.06
+    assert all(r["noise"] == 0.004 for r in records[:9])   # pooled: 0.1% apart, under their own 0.4%
+    # set apart: its own spread, read with its own one degree of freedom
+    assert records[-1]["noise"] == 0.06 and records[-1]["noise_df"] == 1
 
 
 def test_cases_link_every_process_of_a_pool_of_eight():
     from kbench.run.targets import Replicas
-    from kbench.stats.estimates import fit_offsets as fit
+    from kbench.stats.spread import fit_offsets as fit
 
     member = type("Member", (), {"label": "submission", "strict": True})
     pool = Replicas([member() for _ in range(8)], per_case=2)

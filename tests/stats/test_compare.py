@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from kbench.cli.commands import cli
 from kbench.errors import KbenchError
 from kbench.stats.compare import compare_cases, compare_interleaved, compare_runs, ratio_interval, regressed, verdict
+from kbench.run.records import widen_by_process_spread
 from kbench.stats.estimates import pool
 from tests.helpers import FIXTURES, ROOT
 
@@ -36,17 +37,34 @@ def test_a_1_percent_difference_inside_the_noise_is_not_called_faster():
     assert out["rows"][0]["verdict"] == "FASTER"
 
 
-def test_a_difference_below_the_protocols_reproducibility_is_never_a_verdict():
-    # Tight samples on both sides (each from two processes that agree), but a 1% (or, for a
-    # 4 us kernel, 0.1 us) move is what the same code shows between worker processes on the
-    # same card: the figures' own intervals carry it, so neither FASTER nor SLOWER.
-    for a, b in ((10.0, 9.9), (0.0044, 0.0043)):
-        sides = []
-        for ms in (a, b):
-            fig = pool([[ms * (1 + 1e-5 * i) for i in range(40)]] * 2).summary
-            sides.append(("passed", fig.median, fig.noise))
-        out = compare_cases([("c", *sides)])
-        assert out["rows"][0]["verdict"] == "UNSURE", (a, b, out["rows"][0])
+def test_a_difference_the_runs_processes_cannot_resolve_is_never_a_verdict():
+    # Six cases, B 1% slower on each. Where each case's two processes sit ~1.5% apart (SD) the
+    # runs' own spread holds the 1% move: no case is called. Where they agree within 0.05% the
+    # same move is a verdict on every case. Nothing is assumed: the spread is the runs' own.
+    def run(scale, spread, seed):
+        rng = random.Random(seed)
+        records = []
+        for i in range(6):
+            groups = []
+            for _ in range(2):
+                median = 0.010 * scale * (1 + i / 10) * math.exp(rng.gauss(0, spread))
+                groups.append([median * (1 + 1e-4 * (j - 20) / 20) for j in range(41)])
+            fig = pool(groups)
+            s = fig.summary
+            records.append({"case": f"c{i}", "params": {"i": i}, "status": "passed", "latency_ms": s.median,
+                            "noise": s.noise, "process_ids": [0, 1],
+                            "latency_by_process_ms": [p.median for p in fig.per_process]})
+        widen_by_process_spread(records)
+        return {"task": "qknorm", "suite": "full", "device": {"name": "H100"}, "cases": records,
+                "timing": {"mode": "cuda-events", "meaningful": True, "processes": 2, "pool": 2}}
+
+    loud = compare_runs(run(1.0, 0.015, 1), run(1.01, 0.015, 2))
+    assert not [r for r in loud["rows"] if r["verdict"] in ("FASTER", "SLOWER")], loud["rows"]
+    assert loud["summary"]["verdict"] == "UNSURE"
+    quiet = compare_runs(run(1.0, 0.0005, 1), run(1.01, 0.0005, 2))
+    assert [r["verdict"] for r in quiet["rows"]] == ["SLOWER"] * 6
+    assert quiet["summary"]["verdict"] == "SLOWER"
+    assert quiet["summary"]["intervals_together"] == 7
 
 
 def test_saved_runs_with_the_same_baseline_cancel_drift_between_runs():
@@ -95,8 +113,9 @@ def test_cli_compare_saved_results_and_fail_if_slower(tmp_path):
     result = CliRunner().invoke(cli, ["compare", str(a), str(b)])
     assert result.exit_code == 0
     row = next(l for l in result.output.splitlines() if l.startswith("c0 "))
-    # the interval: each median's 0.1% noise (which holds the spread between its processes)
-    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.097-1.103", "SLOWER"]
+    # the interval: each median's 0.1% noise (which holds the spread between its processes), one
+    # of three that hold together (two cases and the geomean): 2.39 standard errors each way
+    assert row.split() == ["c0", "10.00", "11.00", "1.100", "1.096-1.104", "SLOWER"]
     assert "B/A geomean time 1.100" in result.output and "SLOWER" in result.output
     result = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-if-slower", "3"])
     assert result.exit_code == 1 and "regression: geomean 1.100x" in result.output
@@ -231,10 +250,11 @@ def test_cpu_timings_never_gate(tmp_path):
 
 
 def test_twenty_cases_do_not_raise_twenty_chances_of_a_false_alarm():
-    """Same code, 20 cases, noise only: the gate fires on about 5% of comparisons at most,
-    not on the 1 - 0.975^20 = 40% a per-case 95% rule gives (seeded, deterministic)."""
+    """Same code, 20 cases, noise only: the gate fires on about 5% of comparisons at most, and a
+    verdict falls on some case about as rarely, not on the 1 - 0.95^20 = 64% that twenty separate
+    95% intervals give (seeded, deterministic)."""
     rng = random.Random(12)
-    fired = per_case = 0
+    fired = called = per_case = 0
     trials = 400
     spread = 0.002  # what each median's interval says, drawn as such
     for _ in range(trials):
@@ -244,18 +264,21 @@ def test_twenty_cases_do_not_raise_twenty_chances_of_a_false_alarm():
             pairs.append((f"c{i}", ("passed", a, 0.002), ("passed", b, 0.002)))
         out = compare_cases(pairs)
         fired += bool(regressed(out, 0.0))
-        per_case += any(r["ratio_ci95"][0] > 1.0 for r in out["rows"])
+        called += any(r["verdict"] in ("FASTER", "SLOWER") for r in out["rows"])
+        per_case += any(abs(math.log(r["ratio"])) > 1.96 * r["log_se"] for r in out["rows"])
     assert fired / trials <= 0.06, fired
-    assert per_case / trials > 0.2, per_case  # what the old rule would have done
+    assert called / trials <= 0.06, called
+    assert per_case / trials > 0.4, per_case  # what separate 95% intervals would have done
 
 
 def test_one_slow_case_of_twenty_needs_evidence_beyond_the_family():
     # 1% noise per side: a figure of a few microseconds from one process
     rows = [(f"c{i}", ("passed", 10.0, 0.01), ("passed", 10.0, 0.01)) for i in range(19)]
-    # 6% slower: its own 95% interval clears 1.03 (a per-case rule fires) but not by a margin
-    # that survives 21 comparisons
+    # 6% slower: called SLOWER, and alone its 95% interval would clear 1.03 (a per-case rule
+    # fires) but not by a margin that survives 21 comparisons
     marginal = compare_cases(rows + [("slow", ("passed", 10.0, 0.01), ("passed", 10.6, 0.01))])
-    assert marginal["rows"][-1]["ratio_ci95"][0] > 1.03
+    assert marginal["rows"][-1]["verdict"] == "SLOWER"
+    assert math.log(1.06 / 1.03) > 1.96 * marginal["rows"][-1]["log_se"]
     assert regressed(marginal, 3.0) == []
     clear = compare_cases(rows + [("slow", ("passed", 10.0, 0.01), ("passed", 13.0, 0.01))])
     assert regressed(clear, 3.0)[0].startswith("slow: 1.300x the time of A, p=")
@@ -358,26 +381,31 @@ def test_a_geomean_holds_the_offsets_its_own_processes_show():
     from kbench.stats.compare import process_offset
     from kbench.stats.estimates import PROCESS_REL
 
-    # processes within 0.2% of each other: the floor (what the H100 showed) stands
+    # processes within 0.2-0.4% of each other: that is the spread; every case shows the same four
+    # lasting offsets, so twenty cases read it with the few degrees of freedom four processes give
     quiet = _pooled_run(1.0, [0.001, -0.001, 0.002, -0.002])
-    assert process_offset(quiet) == PROCESS_REL
+    spread, df = process_offset(quiet)
+    assert 0.001 < spread < 0.004 and 1 <= df <= 3
     # processes 6% apart in every pair, as a multi-launch eager kernel's can be: the geomean's
-    # interval must hold that, not the floor's 1%
+    # interval must hold that
     loud_a = _pooled_run(1.0, [0.03, -0.03, -0.03, 0.03])
     loud_b = _pooled_run(1.03, [-0.03, 0.03, 0.03, -0.03])
-    assert process_offset(loud_a) == pytest.approx(math.sqrt(2) * 0.03, rel=0.01)   # from (6%)^2 / 2 a pair
+    assert process_offset(loud_a)[0] == pytest.approx(math.sqrt(2) * 0.03, rel=0.01)   # from (6%)^2 / 2 a pair
     s = compare_runs(loud_a, loud_b)["summary"]
     assert s["geomean_ratio"] == pytest.approx(1.03, abs=0.002)
     assert s["geomean_ratio_ci95"][0] < 1.0 and s["verdict"] == "UNSURE"
     assert s["process_offset_pct"] == [pytest.approx(4.24, abs=0.01)] * 2
     # the same 3% with quiet processes is a verdict
     assert compare_runs(quiet, _pooled_run(1.03, [0.001, -0.001, 0.002, -0.002]))["summary"]["verdict"] == "SLOWER"
+    # a run of one process a case cannot show it: the floor, taken as known
+    single = {"cases": [{"case": "c", "process_ids": [0], "latency_by_process_ms": [0.005]}]}
+    assert process_offset(single) == (PROCESS_REL, None)
 
 
 def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
-    from kbench.stats.estimates import fit_offsets as fit
-    from kbench.stats.estimates import offset_cells as cells
-    from kbench.stats.estimates import offset_variance
+    from kbench.stats.spread import fit_offsets as fit
+    from kbench.stats.spread import offset_cells as cells
+    from kbench.stats.spread import offset_variance
 
     # a pool of 8 without lasting offsets, each process 5% either way case by case (SD): five
     # cases a process leave (5%)^2 / 5 in a raw reading of its offsets; the scatter is taken
@@ -398,7 +426,7 @@ def test_a_process_offset_is_not_read_from_one_process_case_to_case_scatter():
 
 
 def test_processes_of_different_cards_are_different_processes():
-    from kbench.stats.estimates import offset_cells as cells
+    from kbench.stats.spread import offset_cells as cells
 
     # --gpus numbers each child's pool from 0: process 0 on cuda:0 is not process 0 on cuda:1
     records = [{"gpu": gpu, "process_ids": [0, 1], "latency_by_process_ms": [0.005, 0.0051]}
