@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kbench.stats.estimates import t_quantile, welch_df
 
 OFFSET_FIELDS = {"case": ("process_ids", "latency_by_process_ms"),
-          "baseline": ("baseline_process_ids", "baseline_by_process_ms")}
+                 "baseline": ("baseline_process_ids", "baseline_by_process_ms")}
 
 
 @dataclass(frozen=True)
