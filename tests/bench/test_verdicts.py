@@ -46,3 +46,24 @@ def test_the_figures():
     assert verdicts.upper_95(20, 20) == 1.0
     result = {"rows": [{"ratio_ci95": [0.99, 1.01]}, {"ratio_ci95": [0.96, 1.04]}, {"ratio_ci95": None}]}
     assert verdicts.widest(result) == pytest.approx((1.04 / 0.96) ** 0.5 - 1)
+
+
+def test_saved_samples_are_judged_again_by_the_current_statistics():
+    # three cases, two processes a side; B's calls 5% slower than A's, each process's calls
+    # spread 0.2% about its median
+    def calls(ms, shift):
+        return [[ms * shift * (1 + 0.002 * (i - 10) / 10) for i in range(21)] for _ in range(2)]
+
+    cases = []
+    for i, ms in enumerate((0.1, 0.2, 0.3)):
+        cases.append({"case": f"c{i}", "params": {"i": i}, "status": "passed", "flags": [],
+                      "baseline_status": "passed", "process_ids": [0, 1], "baseline_process_ids": [0, 1],
+                      "latency_ms": 1.0, "noise": 1.0, "baseline_latency_ms": 1.0, "baseline_noise": 1.0,
+                      "samples_ms": calls(ms, 1.05), "baseline_samples_ms": calls(ms, 1.0)})
+    run = {"task": "qknorm", "suite": "quick", "cases": cases,
+           "timing": {"meaningful": True, "processes": 2, "pool": 2}}
+    again = verdicts.rejudge({"wall_s": 1.0, "run": run, "compare": {}})
+    assert [r["verdict"] for r in again["compare"]["rows"]] == ["SLOWER"] * 3
+    assert again["compare"]["summary"]["geomean_ratio"] == pytest.approx(1.05, abs=1e-3)
+    assert again["run"]["cases"][0]["latency_ms"] == pytest.approx(0.105, rel=1e-3)
+    assert run["cases"][0]["latency_ms"] == 1.0   # the saved record itself is left as it was
