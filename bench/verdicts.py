@@ -3,16 +3,17 @@
     python3 bench/verdicts.py planted qknorm --pct 3 --suite full --out DIR   # bundled vs planted
     python3 bench/verdicts.py null qknorm --runs 20 --suite quick --out DIR   # bundled vs itself
     python3 bench/verdicts.py plant mla_decode --pct 2 --out DIR/planted      # only write the folder
-    python3 bench/verdicts.py --summarize DIR [DIR ...] [--markdown --commit SHA] # the tables again
+    python3 bench/verdicts.py --summarize DIR [DIR ...] [--markdown --commit SHA] [--rejudge]
 
 A planted submission is the bundled kernel plus device work of a known share of its time:
 - mla_decode, block_sparse_attn: a one-program kernel stamps the global timer before the call and
   another spins after it until PCT% of the time between them has passed. The two launches cost
-  the stream time of their own (1.5-3.8% of a block_sparse_attn call on the H100), so `planted`
+  the stream time of their own (1.5-3.9% of a block_sparse_attn call on the H100), so `planted`
   also times the same plant at 0% and judges the ratio between the two runs.
 - qknorm (4-8 us: two extra launches would cost more than the plant): a copy of the bundled kernel
-  whose programs (one wave) each spin PCT% of the case's median first, in SM cycles at the case's SM clock, both
-  from a `kbench eval --json` run of the bundled kernel (`--sizes`; `planted` makes one).
+  whose programs (one wave) each spin PCT% of the case's median first, in SM cycles at the case's
+  SM clock, both from a `kbench eval --json` run of the bundled kernel (`--sizes`; `planted` makes
+  one).
 Each compare is the interleaved two-folder run (`kbench compare A B`), saved with its samples.
 Extra `kbench eval` settings: `--processes`, `--pool`, `--noise`, `--budget`.
 """
@@ -170,9 +171,9 @@ def timed_compare(task: str, a: Path, b: Path, opts: dict, save: Path) -> dict:
     start = time.perf_counter()
     run = api.evaluate(b, task=task, baseline_path=a, **opts)
     wall = time.perf_counter() - start
-    result = compare_interleaved(run)
-    save.write_text(json.dumps({"wall_s": round(wall, 1), "run": run, "compare": result}))
-    return {"wall_s": wall, "compare": result}
+    saved = {"wall_s": round(wall, 1), "run": run, "compare": compare_interleaved(run)}
+    save.write_text(json.dumps(saved))
+    return saved
 
 
 def planted_table(task: str, pct: float, saved: dict, zero: dict | None = None) -> list[str]:
@@ -395,17 +396,16 @@ def main(argv=None) -> int:
         zero = None
         if args.task != "qknorm" and args.pct:   # the plant's own launches, alone
             folder = plant(args.task, 0.0, args.out / f"planted-{args.task}", sizes)
-            timed_compare(args.task, bundled, folder, opts, args.out / f"launches-{args.task}.json")
-            zero = json.loads((args.out / f"launches-{args.task}.json").read_text())
+            zero = timed_compare(args.task, bundled, folder, opts, args.out / f"launches-{args.task}.json")
         folder = plant(args.task, args.pct, args.out / f"planted-{args.task}", sizes)
         save = args.out / f"planted-{args.task}-{args.pct:g}pct.json"
-        timed_compare(args.task, bundled, folder, opts, save)
-        print("\n".join(planted_table(args.task, args.pct, json.loads(save.read_text()), zero)))
+        saved = timed_compare(args.task, bundled, folder, opts, save)
+        print("\n".join(planted_table(args.task, args.pct, saved, zero)))
         return 0
     runs = []
     for i in range(args.runs):
         save = args.out / f"null-{args.task}-{i + 1}.json"
-        runs.append(timed_compare(args.task, bundled, bundled, opts, save) and json.loads(save.read_text()))
+        runs.append(timed_compare(args.task, bundled, bundled, opts, save))
         print(null_table(args.task, runs)[-2], flush=True)
     print("\n".join(null_table(args.task, runs)))
     return 0
