@@ -176,35 +176,52 @@ def timed_compare(task: str, a: Path, b: Path, opts: dict, save: Path) -> dict:
     return saved
 
 
-def planted_table(task: str, pct: float, saved: dict, zero: dict | None = None) -> list[str]:
-    """Per case B/A, its interval and verdict; with ``zero`` (the same plant at 0%: its launches
-    alone), also their B/A and the plant's own effect, B/A over theirs, against the planted ratio."""
+def _planted_rows(saved: dict, pct: float, zero: dict | None) -> list[dict]:
+    """Per case and the geomean: B/A, its interval and verdict; with ``zero`` (the same plant at 0%:
+    its launches alone) their B/A (``base``) and the plant's own effect, B/A over theirs (``net``);
+    ``off``: net against the planted ratio. ``ratio`` None where the case was not timed."""
     result = saved["compare"]
-    want = 1 + pct / 100
     base = {r["case"]: r.get("ratio") for r in zero["compare"]["rows"]} if zero else {}
     if zero:
         base["geomean"] = zero["compare"]["summary"]["geomean_ratio"]
-    lines = [f"{task}: planted {pct:g}% (B/A {want:.3f}), wall {saved['wall_s']:.1f} s"
+    rows = []
+    for r in result["rows"] + [{"case": "geomean", "ratio": result["summary"]["geomean_ratio"],
+                                "ratio_ci95": result["summary"]["geomean_ratio_ci95"],
+                                "verdict": result["summary"]["verdict"]}]:
+        row = {"case": r["case"], "verdict": r["verdict"], "ratio": r.get("ratio")}
+        if row["ratio"] is not None:
+            net = row["ratio"] / base[r["case"]] if base.get(r["case"]) else row["ratio"]
+            row.update(lo=r["ratio_ci95"][0], hi=r["ratio_ci95"][1], base=base.get(r["case"]), net=net,
+                       off=net / (1 + pct / 100) - 1)
+        rows.append(row)
+    return rows
+
+
+def _called(result: dict) -> list[str]:
+    """What a compare called FASTER or SLOWER: its cases, and the geomean."""
+    return [r["case"] for r in result["rows"] if r["verdict"] in CALLED] + \
+        (["geomean"] if result["summary"]["verdict"] in CALLED else [])
+
+
+def planted_table(task: str, pct: float, saved: dict, zero: dict | None = None) -> list[str]:
+    """``_planted_rows`` as text, with the count of cases called."""
+    result = saved["compare"]
+    lines = [f"{task}: planted {pct:g}% (B/A {1 + pct / 100:.3f}), wall {saved['wall_s']:.1f} s"
              + (f"; the plant's launches alone timed too (wall {zero['wall_s']:.1f} s)" if zero else ""),
              f"{'case':<28} {'B/A':>7} {'95% CI':>17} {'verdict':>8}"
              + (f" {'launches':>8} {'net':>7}" if zero else "") + f" {'off planted':>11}"]
-    rows = result["rows"] + [{"case": "geomean", "ratio": result["summary"]["geomean_ratio"],
-                              "ratio_ci95": result["summary"]["geomean_ratio_ci95"],
-                              "verdict": result["summary"]["verdict"]}]
-    offs = []
+    rows = _planted_rows(saved, pct, zero)
     for r in rows:
-        if r.get("ratio") is None:
+        if r["ratio"] is None:
             lines.append(f"{r['case']:<28} {'-':>7} {'':>17} {str(r['verdict']):>8}")
             continue
-        lo, hi = r["ratio_ci95"]
-        net = r["ratio"] / base[r["case"]] if base.get(r["case"]) else r["ratio"]
-        offs.append(abs(net / want - 1))
-        lines.append(f"{r['case']:<28} {r['ratio']:7.4f} {lo:8.4f}-{hi:<8.4f} {r['verdict']:>8}"
-                     + (f" {base.get(r['case']) or math.nan:8.4f} {net:7.4f}" if zero else "")
-                     + f" {100 * (net / want - 1):+10.2f}%")
+        lines.append(f"{r['case']:<28} {r['ratio']:7.4f} {r['lo']:8.4f}-{r['hi']:<8.4f} {r['verdict']:>8}"
+                     + (f" {r['base'] or math.nan:8.4f} {r['net']:7.4f}" if zero else "")
+                     + f" {100 * r['off']:+10.2f}%")
     called = sum(r["verdict"] == "SLOWER" for r in result["rows"])
+    worst = max((abs(r["off"]) for r in rows if r["ratio"] is not None), default=math.nan)
     lines.append(f"SLOWER on {called} of {len(result['rows'])} cases, geomean {result['summary']['verdict']}; "
-                 f"largest distance from the planted ratio {100 * max(offs, default=math.nan):.2f}%")
+                 f"largest distance from the planted ratio {100 * worst:.2f}%")
     return lines
 
 
@@ -226,15 +243,12 @@ def null_table(task: str, runs: list[dict]) -> list[str]:
     hits = 0
     for i, saved in enumerate(runs):
         res = saved["compare"]
-        called = [r["case"] for r in res["rows"] if r["verdict"] in CALLED]
-        called += ["geomean"] if res["summary"]["verdict"] in CALLED else []
+        called = _called(res)
         hits += bool(called)
         lo, hi = res["summary"]["geomean_ratio_ci95"] or (math.nan, math.nan)
-        widest = max((r["ratio_ci95"][1] / r["ratio_ci95"][0] for r in res["rows"] if r.get("ratio_ci95")),
-                     default=math.nan)
         lines.append(f"{i + 1:>4} {saved['wall_s']:7.1f} {len(res['rows']):>5} {len(called):>6} "
                      f"{res['summary']['geomean_ratio'] or math.nan:8.4f} {lo:8.4f}-{hi:<8.4f} "
-                     f"{100 * (math.sqrt(widest) - 1):+14.2f}%" + (f"  {', '.join(called)}" if called else ""))
+                     f"{100 * widest(res):+14.2f}%" + (f"  {', '.join(called)}" if called else ""))
     lines.append(f"runs with any case or the geomean called: {hits} of {len(runs)} "
                  f"(family-wise rate's 95% upper bound {100 * upper_95(hits, len(runs)):.0f}%)")
     return lines
@@ -264,12 +278,18 @@ def _load(path: Path, again: bool) -> dict:
     return rejudge(saved) if again else saved
 
 
-def summarize(folder: Path, again: bool = False) -> list[str]:
-    lines = []
+def _planted(folder: Path, again: bool):
+    """(task, pct, saved compare, the same plant at 0% or None) of each planted record in ``folder``."""
     for f in sorted(folder.glob("planted-*.json")):
         task, pct = f.stem.split("-")[1], float(f.stem.split("-")[2].removesuffix("pct"))
         zero = folder / f"launches-{task}.json"
-        lines += planted_table(task, pct, _load(f, again), _load(zero, again) if zero.exists() and pct else None) + [""]
+        yield task, pct, _load(f, again), _load(zero, again) if zero.exists() and pct else None
+
+
+def summarize(folder: Path, again: bool = False) -> list[str]:
+    lines = []
+    for task, pct, saved, zero in _planted(folder, again):
+        lines += planted_table(task, pct, saved, zero) + [""]
     for task, runs in _null_runs(folder, again).items():
         lines += null_table(task, runs) + [""]
     return lines
@@ -306,41 +326,27 @@ def markdown(folders: list[Path], commit: str, again: bool = False) -> list[str]
            "case's time must exceed to be called on every case. Generated by `python bench/verdicts.py "
            + " ".join(sys.argv[1:]) + "`.", ""]
     for folder in folders:
-        for f in sorted(folder.glob("planted-*.json")):
-            saved = _load(f, again)
-            task, pct = f.stem.split("-")[1], float(f.stem.split("-")[2].removesuffix("pct"))
-            zero_path = folder / f"launches-{task}.json"
-            zero = _load(zero_path, again) if zero_path.exists() and pct else None
-            run = saved["run"]
+        for task, pct, saved, zero in _planted(folder, again):
+            run, res = saved["run"], saved["compare"]
             out += [f"### {task}: planted {pct:g}%, {run['suite']} ({_settings(run)})", "",
                     f"Card {run['device'].get('name')}, {run['created'][:10]}, commit {commit}; "
                     f"`python bench/verdicts.py planted {task} --pct {pct:g} --suite {run['suite']} {_settings(run)} "
                     f"--out DIR`; wall {saved['wall_s']:.1f} s a compare"
                     + (f" ({zero['wall_s']:.1f} s for the launches alone)" if zero else "") + ".", ""]
-            base = {r["case"]: r.get("ratio") for r in zero["compare"]["rows"]} if zero else {}
-            if zero:
-                base["geomean"] = zero["compare"]["summary"]["geomean_ratio"]
             head = ["case", "B/A", "95% CI", "verdict", *(["launches alone", "net"] if zero else []), "net / planted"]
             out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            res = saved["compare"]
-            summary = res["summary"]
-            rows = res["rows"] + [{"case": "geomean", "ratio": summary["geomean_ratio"],
-                                   "ratio_ci95": summary["geomean_ratio_ci95"], "verdict": summary["verdict"]}]
-            for r in rows:
-                if r.get("ratio") is None:
+            for r in _planted_rows(saved, pct, zero):
+                if r["ratio"] is None:
                     continue
-                net = r["ratio"] / base[r["case"]] if base.get(r["case"]) else r["ratio"]
-                lo, hi = r["ratio_ci95"]
-                cells = [r["case"], f"{r['ratio']:.4f}", f"{lo:.4f}-{hi:.4f}", r["verdict"]]
-                cells += [f"{base[r['case']]:.4f}", f"{net:.4f}"] if zero else []
-                out.append("| " + " | ".join(cells + [f"{100 * (net / (1 + pct / 100) - 1):+.2f}%"]) + " |")
+                cells = [r["case"], f"{r['ratio']:.4f}", f"{r['lo']:.4f}-{r['hi']:.4f}", r["verdict"]]
+                cells += [f"{r['base']:.4f}", f"{r['net']:.4f}"] if zero else []
+                out.append("| " + " | ".join(cells + [f"{100 * r['off']:+.2f}%"]) + " |")
             called = sum(r["verdict"] == "SLOWER" for r in res["rows"])
             out += ["", f"SLOWER on {called} of {len(res['rows'])} cases, geomean {res['summary']['verdict']}; "
                         f"smallest change called: {100 * widest(res):.2f}%.", ""]
         for task, runs in _null_runs(folder, again).items():
             run = runs[0]["run"]
-            hits = sum(any(r["verdict"] in CALLED for r in saved["compare"]["rows"])
-                       or saved["compare"]["summary"]["verdict"] in CALLED for saved in runs)
+            hits = sum(bool(_called(saved["compare"])) for saved in runs)
             widths = sorted(widest(s["compare"]) for s in runs)
             walls = sorted(s["wall_s"] for s in runs)
             out += [f"### {task}: against itself, {run['suite']} ({_settings(run)})", "",
