@@ -32,7 +32,9 @@ costs two small products per call (about 4 GFLOP, 33 MB of weights read once), s
 is nothing to key a cache on and nothing a changed input could make stale. What is cached
 holds no input data: the RoPE cos/sin table (a function of positions alone); the down kernel's
 per-tile counters (zero between calls); a second CUDA stream per device (the general path's KV
-append); the card's SM count and compute capability; and, for the launch path (mla_launch.py), the
+append); the card's SM count and compute capability; the lean path's workspace per stream (it holds
+the last call's intermediates, but each call writes every region before it reads it, so none is ever
+read across calls); and, for the launch path (mla_launch.py), the
 compiled kernels by specialisation and the TMA descriptors encoded by (address, shape, strides),
 which describe memory, not what is in it. y is returned as the transposed view of
 y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
@@ -40,8 +42,8 @@ y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
 The host path decides the original's own protocol (host clock around a synchronized call): on the
 H100 host each torch operation or launch costs 5-100 us, and launched op by op the call took
 0.62-0.87 ms to return where its kernels run for 0.19-0.65 ms. On a Hopper GPU at the task's widths
-the call goes through `_Lean`: one workspace, five launches through C launchers fed integers, cuBLAS
-for wo alone, 0.13-0.15 ms to return (README.md has the figures).
+the call goes through `_Lean`: a kept workspace, five launches through C launchers fed integers,
+cuBLAS for wo alone (README.md has the figures).
 """
 import math
 import os
@@ -630,8 +632,8 @@ class _Lean:
     """The whole call for one layout on a Hopper GPU, its host path cut to what the original's protocol
     can afford. A call's kernels run for 0.17-0.64 ms on the H100, while each torch operation or JIT
     launch costs its host 5-100 us (the upper end right after other work, whose caches it finds cold):
-    launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace allocation for every
-    intermediate and one for the rows wo reads; five launches, each a compiled kernel's C launcher fed
+    launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace for every intermediate
+    and one for the rows wo reads, allocated on a stream's first call and kept; five launches, each a compiled kernel's C launcher fed
     integers (mla_launch.Direct, DescriptorLauncher); cuBLAS for wo alone. The first call of a layout
     launches through the JIT (which compiles) on views of the same workspace and keeps the launchers.
     Nothing input-derived is kept: launchers, the layout's offsets, and the RoPE table."""
@@ -681,14 +683,14 @@ class _Lean:
             end += triton.cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
         self.ws_bytes = end
         self.launchers = {}   # (step, constexprs) -> Direct or DescriptorLauncher (None: always the JIT)
+        self.scratch = {}     # stream -> (workspace, wo's rows): kept, every byte written before it is read
 
     def __call__(self, config, x, buf, pos: int):
         bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
-        ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device)
-        rows = torch.empty((bs, H * vd), dtype=torch.bfloat16, device=self.device)
+        stream = raw_stream(self.device)
+        ws, rows = self._scratch(stream)
         at = ws.data_ptr()
         x1, q_lat, q_pe, o, opart, lse, part = (at + self.offsets[k] for k in self.regions)
-        stream = raw_stream(self.device)
         kv_up = config.KV_proj_up_weight
         block_m, block_n, block_k, d_splits, k_split = self.down
         kv_len = pos + 1
@@ -716,6 +718,17 @@ class _Lean:
         # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
         y = torch.mm(config.wo_weight, rows.t()).t()
         return y.view(bs, 1, dim), buf
+
+    def _scratch(self, stream: int):
+        """This stream's workspace and rows, allocated once: a call's kernels write every region before they
+        read it, and calls on one stream run in order, so nothing of one call reaches the next. Calls on
+        two streams get two sets."""
+        found = self.scratch.get(stream)
+        if found is None:
+            found = self.scratch[stream] = (
+                torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device),
+                torch.empty((self.bs, self.H * self.vd), dtype=torch.bfloat16, device=self.device))
+        return found
 
     def _step(self, ws, stream, name, fn, grid, runtime, constexprs, options, varying=()):
         """One launch: the kept C launcher on integers, or (the first time) the JIT on tensors.
