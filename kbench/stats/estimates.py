@@ -36,6 +36,14 @@ def harrell_davis_median(sorted_xs: list[float]) -> float:
     n = len(sorted_xs)
     if n <= 2:
         return sum(sorted_xs) / n if n else math.nan
+    first, last, weights, total = _hd_weights(n)
+    return sum(w * x for w, x in zip(weights, sorted_xs[first:last])) / total
+
+
+@functools.lru_cache(maxsize=256)
+def _hd_weights(n: int) -> tuple[int, int, tuple, float]:
+    """The Harrell-Davis weights of n samples (a function of n alone): (first rank, last rank,
+    the weights of the ranks between, their sum)."""
     a = (n + 1) / 2
     pdf = _beta_pdf(a)
     # The density lies within ~8 standard deviations of 1/2 (sd = 1 / (2 sqrt(n + 2))):
@@ -47,8 +55,7 @@ def harrell_davis_median(sorted_xs: list[float]) -> float:
         lo, h = i / n, 1 / (8 * n)
         inner = sum((4 if k % 2 else 2) * pdf(lo + k * h) for k in range(1, 8))
         weights.append((pdf(lo) + pdf(lo + 8 * h) + inner) * h / 3)
-    total = sum(weights)
-    return sum(w * x for w, x in zip(weights, sorted_xs[first:last])) / total
+    return first, last, tuple(weights), sum(weights)
 
 
 @dataclass(frozen=True)
