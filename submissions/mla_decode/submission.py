@@ -29,15 +29,14 @@ bmm at bs 128, the same bits).
 
 No weight-derived tensor is cached between calls: absorbing at the activation level
 costs two small products per call (about 4 GFLOP, 33 MB of weights read once), so there
-is nothing to key a cache on and nothing a changed input could make stale. What is cached
-holds no input data: the RoPE cos/sin table (a function of positions alone); the down kernel's
-per-tile counters (zero between calls); a second CUDA stream per device (the general path's KV
-append); the card's SM count and compute capability; the lean path's workspace per stream (it holds
-the last call's intermediates, but each call writes every region before it reads it, so none is ever
-read across calls); and, for the launch path (mla_launch.py), the
-compiled kernels by specialisation and the TMA descriptors encoded by (address, shape, strides),
-which describe memory, not what is in it. y is returned as the transposed view of
-y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
+is nothing to key a cache on and nothing a changed input could make stale. Nothing cached is
+read by a later call as data: the RoPE cos/sin table (a function of positions alone); the down
+kernel's per-tile counters (zero between calls); a second CUDA stream per device (the general path's
+KV append); the card's SM count and compute capability; the lean path's workspace per stream, which
+holds a call's intermediates until the next call writes each region before reading it; and, for the
+launch path (mla_launch.py), the compiled kernels by specialisation and the TMA descriptors encoded
+by (address, shape, strides), which describe memory, not what is in it. y is returned as the
+transposed view of y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
 
 The host path decides the original's own protocol (host clock around a synchronized call): on the
 H100 host each torch operation or launch costs 5-100 us, and launched op by op the call took
@@ -633,10 +632,11 @@ class _Lean:
     can afford. A call's kernels run for 0.17-0.64 ms on the H100, while each torch operation or JIT
     launch costs its host 5-100 us (the upper end right after other work, whose caches it finds cold):
     launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace for every intermediate
-    and one for the rows wo reads, allocated on a stream's first call and kept; five launches, each a compiled kernel's C launcher fed
-    integers (mla_launch.Direct, DescriptorLauncher); cuBLAS for wo alone. The first call of a layout
-    launches through the JIT (which compiles) on views of the same workspace and keeps the launchers.
-    Nothing input-derived is kept: launchers, the layout's offsets, and the RoPE table."""
+    and one buffer for the rows wo reads, allocated on a stream's first call and kept; five launches,
+    each a compiled kernel's C launcher fed integers (mla_launch.Direct, DescriptorLauncher); cuBLAS
+    for wo alone. The first call of a layout launches through the JIT (which compiles) on views of the
+    same workspace and keeps the launchers. Kept besides: the layout's offsets and the RoPE table; no
+    call reads what an earlier one left in the workspace."""
 
     @staticmethod
     def create(config, x, buf):
