@@ -10,15 +10,16 @@ CASES = ("b3_q5_kv2_d64_f16", "b1_q4_kv4_d128_bf16", "b2_q3_kv1_d256_bf16")
 
 def test_after_a_timeout_with_nothing_answered_later_cases_get_a_cut_deadline():
     start = time.perf_counter()
-    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs", only=CASES[:2], timeout=8.0)
+    run = run_cpu("qknorm", FIXTURES / "qknorm" / "hangs", only=CASES[:2], timeout=10.0)
     wall = time.perf_counter() - start
     assert statuses(run) == {c: "timeout" for c in CASES[:2]}
     first, later = run["cases"]
-    assert first["reason"] == "no answer after 8 s while checking the first call"
+    assert first["reason"] == "no answer after 10 s while checking the first call"
     assert later["reason"].startswith(f"no answer after {CUT_FLOOR_S:g} s while checking the first call (cut: "
                                       f"nothing answered since the timeout on {CASES[0]}; 50x the reference's")
-    # one full timeout and one cut one, not two full ones (16 s); a worker restart is ~1-2 s
-    assert wall < 8 + CUT_FLOOR_S + 2 * 2.0
+    # one full timeout and one cut one (~10 + 3 s and two worker restarts of 1-3 s each), never two
+    # full ones: those alone take 20 s
+    assert wall < 2 * 10.0
 
 
 def test_a_shape_cut_short_runs_again_with_the_full_timeout_once_another_is_answered():
