@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import math
 import platform
-import statistics
 from datetime import datetime, timezone
 
 from kbench import __version__
 from kbench.protocol import Report
 from kbench.stats.estimates import Summary, is_throttled, max_sm_clock, t_quantile
-from kbench.stats.spread import OFFSET_FIELDS, case_spread, offset_cells
+from kbench.stats.spread import case_spread, offset_cells
 from kbench.tasks.check import CheckResult, validate_score
 from kbench.tasks.interface import TASK
 from kbench.worker import environment
@@ -129,12 +128,6 @@ _SIDES = {"case": ("latency_ms", "noise", "latency_ci95_ms", "process_ids"),
 _DF_KEYS = {"case": "noise_df", "baseline": "baseline_noise_df"}
 
 
-def _own_spread(rec: dict, side: str) -> float:
-    """The variance (log scale) of a case's own processes' medians, 0 with fewer than two."""
-    logs = [math.log(m) for m in rec.get(OFFSET_FIELDS[side][1]) or [] if m and m > 0]
-    return statistics.variance(logs) if len(logs) >= 2 else 0.0
-
-
 def widen_by_process_spread(records: list[dict]) -> dict:
     """Give every timed case at least the interval a typical case's processes show.
 
@@ -159,7 +152,7 @@ def widen_by_process_spread(records: list[dict]) -> dict:
             ms, k = rec.get(ms_key), len(rec.get(ids_key) or [])
             if not ms or not k or rec.get(noise_key) is None:
                 continue
-            own = _own_spread(rec, side)
+            own = pooled.own.get(i, 0.0)
             if i in pooled.apart:
                 df = k - 1
             elif rec[noise_key] ** 2 > 1.01 * max(own, pooled.variance) / k:

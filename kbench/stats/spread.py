@@ -104,6 +104,7 @@ class Spread:
     variance: float          # pooled over the cases that agree with each other
     df: float                # its degrees of freedom (``_effective_df``)
     apart: frozenset         # cases whose processes split far wider: each keeps its own spread
+    own: dict                # case -> the variance of its own processes' medians (two or more)
 
 
 # A case whose processes' variance exceeds the others' by more than an F distribution's 99.99%
@@ -139,7 +140,8 @@ def case_spread(cells: list[tuple[int, object, float]]) -> Spread | None:
     if not df:
         return None
     pooled = sum(v * k for v, k in kept) / df
-    return Spread(pooled, _effective_df(cells, apart, pooled, df), frozenset(apart))
+    return Spread(pooled, _effective_df(cells, apart, pooled, df), frozenset(apart),
+                  {c: v for c, (v, _) in parts.items()})
 
 
 def _effective_df(cells, apart, pooled: float, df: int) -> float:
