@@ -95,14 +95,14 @@ def _device(args):
 # qknorm: three exact edits of a copy of the bundled submission.py (each must match once).
 QKNORM_EDITS = (
     ("@triton.jit\ndef _qknorm_kernel(",
-     "@triton.jit\ndef _clock():\n"
+     ("@triton.jit\ndef _clock():\n"
      "    return tl.inline_asm_elementwise(\"mov.u64 $0, %clock64;\", \"=l\", [], dtype=tl.int64, is_pure=False, "
-     "pack=1)\n\n\n@triton.jit\ndef _qknorm_kernel("),
+     "pack=1)\n\n\n@triton.jit\ndef _qknorm_kernel(")),
     ("EPS: tl.constexpr):\n    pid = tl.program_id(0)\n",
-     "EPS: tl.constexpr, SPIN_CYCLES: tl.constexpr):\n    pid = tl.program_id(0)\n"
+     ("EPS: tl.constexpr, SPIN_CYCLES: tl.constexpr):\n    pid = tl.program_id(0)\n"
      "    if SPIN_CYCLES > 0:  # planted: every program starts late (one wave: the kernel ends late)\n"
      "        start = _clock()\n        now = start\n        while now - start < SPIN_CYCLES:\n"
-     "            now = _clock()\n"),
+     "            now = _clock()\n")),
     ("Q_PROGRAMS=q_programs, EPS=EPS)", "Q_PROGRAMS=q_programs, EPS=EPS, SPIN_CYCLES=_spin_cycles(q, k))"),
 )
 QKNORM_TAIL = '''
@@ -162,8 +162,9 @@ def plant(task: str, pct: float, out: Path, sizes_run: dict | None = None) -> Pa
 
 
 def settings(args) -> dict:
-    return {k: v for k, v in dict(suite=args.suite, processes=args.processes, pool=args.pool, noise=args.noise,
-                                  budget_s=args.budget, seed=args.seed).items() if v is not None}
+    given = {"suite": args.suite, "processes": args.processes, "pool": args.pool, "noise": args.noise,
+             "budget_s": args.budget, "seed": args.seed}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def timed_compare(task: str, a: Path, b: Path, opts: dict, save: Path) -> dict:
@@ -213,7 +214,7 @@ def planted_table(task: str, pct: float, saved: dict, zero: dict | None = None) 
     rows = _planted_rows(saved, pct, zero)
     for r in rows:
         if r["ratio"] is None:
-            lines.append(f"{r['case']:<28} {'-':>7} {'':>17} {str(r['verdict']):>8}")
+            lines.append(f"{r['case']:<28} {'-':>7} {'':>17} {r['verdict']!s:>8}")
             continue
         lines.append(f"{r['case']:<28} {r['ratio']:7.4f} {r['lo']:8.4f}-{r['hi']:<8.4f} {r['verdict']:>8}"
                      + (f" {r['base'] or math.nan:8.4f} {r['net']:7.4f}" if zero else "")
@@ -342,21 +343,21 @@ def markdown(folders: list[Path], commit: str, again: bool = False) -> list[str]
                 cells += [f"{r['base']:.4f}", f"{r['net']:.4f}"] if zero else []
                 out.append("| " + " | ".join(cells + [f"{100 * r['off']:+.2f}%"]) + " |")
             called = sum(r["verdict"] == "SLOWER" for r in res["rows"])
-            out += ["", f"SLOWER on {called} of {len(res['rows'])} cases, geomean {res['summary']['verdict']}; "
-                        f"smallest change called: {100 * widest(res):.2f}%.", ""]
+            out += ["", (f"SLOWER on {called} of {len(res['rows'])} cases, geomean {res['summary']['verdict']}; "
+                        f"smallest change called: {100 * widest(res):.2f}%."), ""]
         for task, runs in _null_runs(folder, again).items():
             run = runs[0]["run"]
             hits = sum(bool(_called(saved["compare"])) for saved in runs)
             widths = sorted(widest(s["compare"]) for s in runs)
             walls = sorted(s["wall_s"] for s in runs)
             out += [f"### {task}: against itself, {run['suite']} ({_settings(run)})", "",
-                    f"Card {run['device'].get('name')}, {run['created'][:10]}, commit {commit}; "
-                    f"`python bench/verdicts.py null {task} --runs {len(runs)} --suite {run['suite']} --out DIR`.", "",
-                    "| runs | with any case or the geomean called | family-wise rate, 95% upper bound | "
-                    "smallest change called (median, range) | wall a compare (median) |", "|---|---|---|---|---|",
-                    f"| {len(runs)} | {hits} | {100 * upper_95(hits, len(runs)):.0f}% | "
+                    (f"Card {run['device'].get('name')}, {run['created'][:10]}, commit {commit}; "
+                    f"`python bench/verdicts.py null {task} --runs {len(runs)} --suite {run['suite']} --out DIR`."), "",
+                    ("| runs | with any case or the geomean called | family-wise rate, 95% upper bound | "
+                    "smallest change called (median, range) | wall a compare (median) |"), "|---|---|---|---|---|",
+                    (f"| {len(runs)} | {hits} | {100 * upper_95(hits, len(runs)):.0f}% | "
                     f"{100 * widths[len(widths) // 2]:.2f}% ({100 * widths[0]:.2f}-{100 * widths[-1]:.2f}%) | "
-                    f"{walls[len(walls) // 2]:.1f} s |", ""]
+                    f"{walls[len(walls) // 2]:.1f} s |"), ""]
     return out
 
 

@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from kbench.cli.commands import cli
 from kbench.errors import KbenchError
-from kbench.stats.compare import compare_cases, compare_interleaved, compare_runs, ratio_interval, regressed, verdict
 from kbench.run.records import widen_by_process_spread
+from kbench.stats.compare import compare_cases, compare_interleaved, compare_runs, ratio_interval, regressed, verdict
 from kbench.stats.estimates import pool
 from tests.helpers import FIXTURES, ROOT
 
@@ -444,8 +444,8 @@ def test_different_cuda_connections_are_warned_about(tmp_path):
     assert not any("CONNECTIONS" in w for w in compare_runs(a, b)["warnings"])
     b["timing"]["cuda_connections"] = 1
     assert compare_runs(a, b)["warnings"] == [
-        "different CUDA_DEVICE_MAX_CONNECTIONS in the workers: CUDA's default vs 1 "
-        "(a multi-stream kernel's overlap differs, and whether a stream race shows)"]
+        ("different CUDA_DEVICE_MAX_CONNECTIONS in the workers: CUDA's default vs 1 "
+        "(a multi-stream kernel's overlap differs, and whether a stream race shows)")]
 
 
 def test_runs_in_different_environments_are_warned_about(tmp_path):
