@@ -23,6 +23,14 @@ from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES, ROOT, run_cpu, run_suite
 
 HOSTILE = FIXTURES / "hostile"
+
+
+@pytest.fixture(autouse=True)
+def _next_worker_warm():
+    """Each test starts the next one's worker (kbench/run/workers.py), which imports torch meanwhile."""
+    workers.keep_warm(2)
+
+
 CASE = ("b3_q5_kv2_d64_f16",)
 
 
@@ -141,6 +149,7 @@ def test_tampering_with_the_task_files_on_disk_fails_the_run(tmp_path, monkeypat
     shutil.copy(ROOT / "cases" / "qknorm.toml", tmp_path / "cases" / "qknorm_copy.toml")
     monkeypatch.setenv("KBENCH_TASK_DIRS", str(tmp_path))
     monkeypatch.setenv("KBENCH_HOSTILE_SANDBOX", "1")
+    workers._discard_spares()   # the run's worker is spawned with them in its environment
     result = run_cpu("qknorm_copy", HOSTILE / "qknorm" / "tampers_harness", only=CASE, timeout=20.0)
     assert "changed during the run" in result["summary"]["fatal"]
     assert "contract.py" in result["summary"]["fatal"]
@@ -207,10 +216,6 @@ def test_bundled_solutions_pass_clean(task, case):
 # -- on a CUDA device -------------------------------------------------------------------
 
 
-@pytest.fixture
-def _next_worker_warm():
-    """Each GPU test starts the next test's worker (kbench/run/workers.py): it imports torch meanwhile."""
-    workers.keep_warm(2)
 
 
 HOSTILE_QKNORM = FIXTURES / "hostile" / "qknorm"
@@ -233,7 +238,6 @@ def gpu_run(path, task="qknorm", suite="smoke", only=CASES[:1], **kw) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 @pytest.mark.parametrize("fixture, status, reason", [
     ("cpu_tensor", "invalid", "on cpu, expected cuda"),
     ("illegal_memory_access", "crash", "illegal memory access"),
@@ -249,7 +253,6 @@ def test_broken_or_hostile_on_gpu(fixture, status, reason):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 def test_side_stream_work_past_the_timed_region_is_flagged():
     result = gpu_run(HOSTILE_QKNORM / "side_stream_slow")
     case = result["cases"][0]
@@ -259,7 +262,6 @@ def test_side_stream_work_past_the_timed_region_is_flagged():
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 def test_a_side_stream_that_never_waits_on_the_callers_stream_fails():
     """Inputs are written on the caller's stream after the gate: work on a stream that does
     not wait for it reads them before they exist, as it would behind a real model's
@@ -270,7 +272,6 @@ def test_a_side_stream_that_never_waits_on_the_callers_stream_fails():
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 def test_one_cuda_connection_reaches_the_workers_context_and_hides_a_stream_race():
     """--cuda-connections is set in the worker before its context exists. With one connection
     every stream feeds one hardware queue in enqueue order, so the race above goes unseen: what
@@ -281,7 +282,6 @@ def test_one_cuda_connection_reaches_the_workers_context_and_hides_a_stream_race
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 def test_cuda_timer_patching_is_flagged_and_has_no_effect():
     result = gpu_run(HOSTILE_QKNORM / "patches_timer")
     case = result["cases"][0]
@@ -292,7 +292,6 @@ def test_cuda_timer_patching_is_flagged_and_has_no_effect():
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 @pytest.mark.parametrize("task, suite", [("qknorm", "quick"), ("block_sparse_attn", "quick")])
 def test_bundled_solution_passes_clean_on_gpu(task, suite):
     first = get_task(task).suite(suite).cases[0].name
