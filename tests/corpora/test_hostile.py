@@ -23,15 +23,13 @@ from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES, ROOT, run_cpu, run_suite
 
 HOSTILE = FIXTURES / "hostile"
+CASE = ("b3_q5_kv2_d64_f16",)
 
 
 @pytest.fixture(autouse=True)
 def _next_worker_warm():
     """Each test starts the next one's worker (kbench/run/workers.py), which imports torch meanwhile."""
     workers.keep_warm(2)
-
-
-CASE = ("b3_q5_kv2_d64_f16",)
 
 
 def _with_torch_attention(fixture: str) -> Path:
@@ -214,8 +212,6 @@ def test_bundled_solutions_pass_clean(task, case):
 
 
 # -- on a CUDA device -------------------------------------------------------------------
-
-
 
 
 HOSTILE_QKNORM = FIXTURES / "hostile" / "qknorm"
