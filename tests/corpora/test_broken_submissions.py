@@ -1,15 +1,7 @@
 """A broken submission gets its status and a one-line reason; the other cases still run."""
 import pytest
 
-from kbench.run import workers
 from tests.helpers import FIXTURES, run_cpu, statuses
-
-
-@pytest.fixture(autouse=True)
-def _next_worker_warm():
-    """Each test starts the next one's worker (kbench/run/workers.py), which imports torch meanwhile."""
-    workers.keep_warm(2)
-
 
 CASES = ("b3_q5_kv2_d64_f16", "b2_q3_kv1_d256_bf16")
 

@@ -12,7 +12,6 @@ import sys
 import pytest
 import torch
 
-from kbench.run import workers
 from kbench.run.runner import Options
 from kbench.stats.estimates import StopRule
 from kbench.tasks.task import get_task
@@ -75,18 +74,11 @@ def test_triton_plain_under_the_interpreter():
     assert done.returncode == 0, done.stderr[-4000:]
 
 
-@pytest.fixture
-def _next_worker_warm():
-    """Each GPU test starts the next test's worker (kbench/run/workers.py): it imports torch meanwhile."""
-    workers.keep_warm(2)
-
-
 HONEST_ALL = sorted(p.parent for p in HONEST.glob("*/submission.py"))
 CASES = ("kv8_q32_d64_b256", "kv8_q32_d128_b1", "kv32_q32_d128_b256")
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("_next_worker_warm")
 @pytest.mark.parametrize("path", HONEST_ALL, ids=[p.name for p in HONEST_ALL])
 def test_honest_submission_passes_clean_on_gpu(path):
     task = get_task("qknorm")

@@ -26,12 +26,6 @@ HOSTILE = FIXTURES / "hostile"
 CASE = ("b3_q5_kv2_d64_f16",)
 
 
-@pytest.fixture(autouse=True)
-def _next_worker_warm():
-    """Each test starts the next one's worker (kbench/run/workers.py), which imports torch meanwhile."""
-    workers.keep_warm(2)
-
-
 def _with_torch_attention(fixture: str) -> Path:
     """block_sparse_attn fixtures wrap the original-style PyTorch submission: it is copied
     next to them as attn.py (a submission may import only its own files)."""
