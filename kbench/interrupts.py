@@ -8,7 +8,7 @@ here and multiprocessing's own temp folder, writes ``kbench: interrupted`` and e
 
 What is registered must match what exists at any moment the handler can run, so code that
 creates or removes a registered thing does it inside ``critical()``: a signal arriving then
-is acted on when the section ends. Workers are spawned with SIGINT blocked, a mask they
+is acted on when the section ends. Workers are started with SIGINT blocked, a mask they
 inherit: the terminal's Ctrl-C reaches the whole process group, and a worker that has not yet
 left it (kbench/worker/loop.py calls setsid) would otherwise print its own KeyboardInterrupt.
 Nothing here imports torch.

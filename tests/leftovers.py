@@ -8,16 +8,19 @@ import os
 import sys
 import tempfile
 import time
+from multiprocessing import forkserver
 from pathlib import Path
 
 MARK = "KBENCH_TEST_SESSION"
 
 
 def _spares():
-    """Started workers kept waiting on purpose (spare_workers.keep_warm): not leftovers."""
+    """Started workers kept waiting on purpose (workers.keep_warm) and the server workers fork
+    from (it lives as long as this process): not leftovers."""
     module = sys.modules.get("kbench.run.workers")
     spares = list(module._spares) if module is not None else []
-    return {s.tmp for s in spares}, {s.process.pid for s in spares}
+    server = forkserver._forkserver._forkserver_pid
+    return {s.tmp for s in spares}, {s.process.pid for s in spares} | {server}
 
 
 def session_processes() -> dict[int, str]:

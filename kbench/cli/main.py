@@ -87,8 +87,8 @@ def _on_gpu(args: list[str]) -> bool:
 
 
 def _workers_needed(args: list[str]) -> int:
-    """How many workers this process starts first: none when the work is sent elsewhere
-    (--gpus: per-GPU children, started first instead; --ray: Ray tasks)."""
+    """How many workers this process's run takes: none when the work is sent elsewhere (--gpus:
+    per-GPU children, started first instead; --ray: Ray tasks)."""
     if any(a.split("=", 1)[0] in ("--gpus", "--ray") for a in args):
         return 0
     return _workers_per_run(args)
@@ -126,13 +126,12 @@ def main() -> None:
     from kbench.worker import environment
 
     environment.take_from_process()   # before any worker or GPU child inherits the environment
-    count = _workers_needed(sys.argv[1:])
-    if count:
+    if _workers_needed(sys.argv[1:]):   # the workers' server imports torch while this process does
         from kbench.run import workers as workers_mod
 
         try:
-            workers_mod.prestart(count)
-        except KbenchError:   # no folder for them: the run says why, in one line, when it starts one
+            workers_mod.start_server()
+        except KbenchError:   # no room for its socket: the run says why, in one line, when it starts a worker
             pass
     children = _gpu_children(sys.argv[1:])
     if children:   # eval --gpus: each GPU's child starts now, while this process imports torch

@@ -60,7 +60,7 @@ class Options:
     progress: object = None            # callable(str) for progress lines, or None
     on_case: object = None             # callable(record) as each case finishes (kbench/scaleout/plan.py streams them)
     # another run follows in this process (kbench eval of several submissions): once the first
-    # case is done, as many workers as this run took start for it (workers.warm_for_next)
+    # case is done, as many workers as this run took start for it (workers.keep_warm)
     warm_next: bool = False
 
     @property
@@ -377,7 +377,7 @@ class Runner:
                 if options.on_case and case.name not in self.cut:
                     options.on_case(records[-1])
                 if options.warm_next and i == 0:
-                    workers.warm_for_next(sum(len(t.members) for t in (sub, base) if t is not None))
+                    workers.keep_warm(sum(len(t.members) for t in (sub, base) if t is not None))
             for i, case in enumerate(cases):   # a case cut short is kept only if nothing ever answered
                 if case.name in self.cut:
                     if self.answered:

@@ -1,11 +1,13 @@
-"""Worker processes started before the parent imports torch, and the CUDA context made after theirs.
+"""Worker processes, forked from a server that imported torch once, and the CUDA context made
+after theirs.
 
-Every worker imports torch (2-3 s on a slow host) before it can load a submission, and
-so does the parent. ``kbench eval`` and ``kbench compare`` start their workers first
-(kbench/cli/main.py), so the two imports overlap instead of following each other; a worker
-then waits for its assignment (``protocol.Assign``: which contract, which submission,
-which device). Nothing here imports torch. A worker started on demand goes the same way:
-spawned bare, then assigned.
+Every worker needs torch (2-3 s of CPU to import on a slow host) before it can load a submission.
+Workers are forked from one server process (multiprocessing's forkserver) that imported torch and
+nothing else: no kbench code, no submission, no CUDA context (importing torch makes none), so a
+worker starts as fresh as a spawned interpreter, in milliseconds once the server is up. ``kbench eval`` and ``kbench compare`` start the server first
+(kbench/cli/main.py), so its import overlaps the parent's own. A worker takes the parent's
+environment as it is when the worker starts, then waits for its assignment (``protocol.Assign``:
+which contract, which submission, which device). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
@@ -26,7 +27,7 @@ from kbench import interrupts
 from kbench.errors import KbenchError
 from kbench.worker import environment
 
-_SPAWN = multiprocessing.get_context("spawn")
+_FORK = multiprocessing.get_context("forkserver")
 
 
 def _user() -> str:
@@ -62,11 +63,10 @@ class BareWorker:
             interrupts.untrack(self.tmp)
 
 
-def spawn(quiet: bool = False) -> BareWorker:
-    """Start one worker process; it imports torch and waits for its assignment. ``quiet``: it
-    imports at the lowest CPU priority (worker_entry below), for a spare not needed yet."""
+def spawn() -> BareWorker:
+    """Start one worker process; it waits for its assignment."""
     with interrupts.critical():  # an interrupt now would find the folder or the process unregistered
-        return _spawn(quiet)
+        return _spawn()
 
 
 # CPU tensors cross between processes as file descriptors sent over a Unix socket, which
@@ -101,36 +101,42 @@ def _workers_root() -> str | None:
     return _roots[temp]
 
 
-def _spawn(quiet: bool) -> BareWorker:
+def start_server() -> None:
+    """Start the fork server if it is not running; it imports torch while the caller goes on (the
+    first worker's start waits for that). Its environment is this process's less the variables no
+    worker runs with (kbench/worker/environment.py), since torch reads some as it is imported; SIGINT
+    is blocked in it and in every worker it forks (kbench/interrupts.py). KbenchError where TMPDIR
+    leaves no room for its socket's path."""
+    from multiprocessing import forkserver
+
+    _workers_root()   # this process's multiprocessing folder, where the server's socket goes
+    forkserver.set_forkserver_preload(["torch"])
+    saved = {name: os.environ.pop(name) for name in environment.NOT_PASSED_ON if name in os.environ}
+    try:
+        resource_tracker.ensure_running()   # first: starting it unblocks SIGINT in this thread
+        with interrupts.sigint_blocked():
+            forkserver.ensure_running()
+    finally:
+        os.environ.update(saved)
+
+
+def _spawn() -> BareWorker:
     tmp = tempfile.mkdtemp(prefix="kbench-worker-", dir=_workers_root())
     interrupts.track(tmp)
-    parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
-    # The worker inherits the environment at spawn (TRITON_INTERPRET it sets itself on
-    # assignment, before anything imports Triton).
-    env = {"TMPDIR": tmp, "TRITON_INTERPRET": None,
+    parent_conn, child_conn = _FORK.Pipe(duplex=True)
+    # The worker's environment: this process's now (TRITON_INTERPRET it sets itself on assignment,
+    # before anything imports Triton).
+    env = {**os.environ, "TMPDIR": tmp,
            # torch's compile cache would otherwise follow TMPDIR and be lost after every run
            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
                tempfile.gettempdir(), f"torchinductor_{_user()}")}
-    saved = {k: os.environ.get(k) for k in env}
-    try:
-        for key, value in env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        process = _SPAWN.Process(target=worker_entry, args=(child_conn, os.path.join(tmp, "worker.log"), quiet),
-                                 daemon=True)
-        # Started first: starting it unblocks SIGINT in this thread.
-        resource_tracker.ensure_running()
-        with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
-            process.start()
-        interrupts.track(tmp, process)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    env.pop("TRITON_INTERPRET", None)
+    start_server()
+    process = _FORK.Process(target=worker_entry, args=(child_conn, os.path.join(tmp, "worker.log"), env),
+                            daemon=True)
+    with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
+        process.start()
+    interrupts.track(tmp, process)
     child_conn.close()
     return BareWorker(process, parent_conn, tmp)
 
@@ -138,25 +144,17 @@ def _spawn(quiet: bool) -> BareWorker:
 _spares: list[BareWorker] = []
 
 
-def prestart(count: int, quiet: bool = False) -> None:
+def prestart(count: int) -> None:
     """Start ``count`` workers now; ``take`` hands them out, the rest go at exit."""
     for _ in range(count):
-        _spares.append(spawn(quiet))
+        _spares.append(spawn())
 
 
-def keep_warm(count: int, quiet: bool = False) -> None:
-    """Have ``count`` started workers waiting (a run of many evaluations, a restart after a
-    crash: the next worker has imported torch already)."""
+def keep_warm(count: int) -> None:
+    """Have ``count`` started workers waiting (the next run of many evaluations, a GPU child's
+    next unit, a restart after a crash). A spare makes no CUDA context before its assignment."""
     alive = [s for s in _spares if s.process.is_alive()]
-    prestart(max(0, count - len(alive)), quiet)
-
-
-def warm_for_next(count: int) -> None:
-    """The next run's (or a GPU child's next unit's) ``count`` workers, started once the current
-    one's first case has ended: its own workers are up by then, and these import at the lowest
-    CPU priority, taking only the CPU its timed processes leave. A spare imports torch and waits;
-    it makes no CUDA context before its assignment."""
-    keep_warm(count, quiet=True)
+    prestart(max(0, count - len(alive)))
 
 
 def take() -> BareWorker:
@@ -176,50 +174,19 @@ def _discard_spares() -> None:
 
 
 # -- the worker's entry point ------------------------------------------------------------
-def worker_entry(conn, log_path: str, quiet: bool = False) -> None:
-    """The spawned worker's entry point, importable without torch: the shell's variables go first,
-    then the worker's loop (and torch) is imported, here in the worker, never in the parent."""
-    # Spawned with SIGINT blocked (kbench/interrupts.py): ignored for good, the parent stops workers.
+def worker_entry(conn, log_path: str, env: dict) -> None:
+    """The worker's entry point, importable without torch: the parent's environment, less the
+    shell's variables that change a timing, before Triton or CUDA start; then the worker's loop."""
+    # Started with SIGINT blocked (kbench/interrupts.py): ignored for good, the parent stops workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-    environment.strip()   # before torch's import, whatever it imports with it (kbench/worker/environment.py)
-    if quiet:
-        _import_quietly()
+    os.environ.clear()   # the server's, as it was when it started
+    os.environ.update(env)
+    tempfile.tempdir = None   # gettempdir() reads TMPDIR again
+    environment.strip()   # kbench/worker/environment.py
     from kbench.worker import loop
 
     loop.main(conn, log_path)
-
-
-def _import_quietly() -> None:
-    """Import the worker's modules (torch: seconds of CPU) in a thread at the lowest priority, for
-    a spare started while another unit's cases are timed (kbench/scaleout/gpus.py): the import then
-    takes only the CPU time the timed processes leave. Linux's nice value is per thread, so the
-    main thread, which later loads and times the submission, keeps its own. Anything that fails
-    here is imported again, and reported, by the main thread."""
-    own = os.getpriority(os.PRIO_PROCESS, 0)   # on Linux, this thread's
-
-    def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            from kbench.worker import loop  # noqa: F401
-        except BaseException:  # noqa: BLE001
-            pass
-
-    thread = threading.Thread(target=run, name="kbench-quiet-import")
-    thread.start()
-    thread.join()
-    # Threads the imports started (torch starts two, idle) inherited the lowest priority; give
-    # them the main thread's back where that is allowed (root; other users may only lower one).
-    try:
-        threads = os.listdir("/proc/self/task")
-    except OSError:   # no /proc: nothing to set back
-        threads = []
-    for tid in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), own)
-        except OSError:
-            pass
 
 
 # -- other context -------------------------------------------------------------------------

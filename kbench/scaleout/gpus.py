@@ -322,12 +322,11 @@ def run_on_gpus(task: Task, submissions: list[Path], opts: Options, gpus: list[i
 # or ``{"fatal": message}`` when a unit cannot run at all (a usage error). A record streamed
 # is a record kept: the parent merges what came back if the child dies mid-unit.
 #
-# Started as ``python -m kbench.scaleout.gpus DEVICE WORKERS``: WORKERS worker processes (one unit's)
-# are started before torch is imported here (kbench/run/workers.py), as the ``kbench`` command
-# does; the next unit's are started once the current unit's first case has ended (its own workers
-# are up by then, and do not share the host with 2 x WORKERS imports), when the parent says a unit
-# is left for this child (``"more"``), so no spare is left importing after the last unit
-# (docs/scale-out.md); they import at the lowest CPU priority, beside this unit's timed calls.
+# Started as ``python -m kbench.scaleout.gpus DEVICE WORKERS``: the workers' fork server starts
+# before torch is imported here (kbench/run/workers.py), as in the ``kbench`` command; the next
+# unit's WORKERS workers are started once the current unit's first case has ended, when the parent
+# says a unit is left for this child (``"more"``), so no spare is left waiting after the last unit
+# (docs/scale-out.md).
 
 def case_sender(send, more: bool, workers: int):
     """A unit's ``on_case``: each record sent back as it ends; after the first, when ``more`` (a unit
@@ -339,7 +338,7 @@ def case_sender(send, more: bool, workers: int):
         send({"case": record})
         if more:
             more = False
-            workers_mod.warm_for_next(workers)
+            workers_mod.keep_warm(workers)
 
     return on_case
 
@@ -357,7 +356,7 @@ def main() -> None:
         out.flush()
 
     device, workers = sys.argv[1], int(sys.argv[2])
-    workers_mod.prestart(workers)
+    workers_mod.start_server()   # its torch import overlaps this process's
     from kbench.errors import KbenchError
     from kbench.scaleout.plan import calibration, run_unit
 

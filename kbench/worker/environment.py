@@ -21,8 +21,8 @@ TRITON_F32_DEFAULT and TRITON_KERNEL_OVERRIDE were not measured: by Triton's own
 (triton/knobs.py) they change every fp32 dot's precision, or swap compiled kernels for files.
 
 So the `kbench` command takes them out of its own process first (kbench/cli/main.py, before it
-starts any worker or GPU child, which inherit that), each worker takes them out again first
-thing, before it imports torch (kbench used as a library, a Ray node's own
+starts any worker or GPU child, which inherit that), the workers' fork server is started without
+them, each worker takes them out again first thing (kbench used as a library, a Ray node's own
 environment), and the run says which it did not pass on. ``--cuda-connections`` is the way to
 set CUDA_DEVICE_MAX_CONNECTIONS.
 """
@@ -103,9 +103,9 @@ def note(removed: dict[str, str]) -> str | None:
 
 
 def strip() -> None:
-    """In a loop, first thing (kbench/worker/environment.py, every worker's one entry): before torch,
-    Triton (it reads its variables once, at import) or the CUDA context (the driver reads the
-    rest when it creates one)."""
+    """In a worker, first thing (kbench/run/workers.py, its one entry): before Triton (it reads its
+    variables once, at import) or the CUDA context (the driver reads the rest when it creates one).
+    The fork server the worker comes from imported torch without them."""
     for name in NOT_PASSED_ON:
         os.environ.pop(name, None)
 

@@ -84,7 +84,7 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
             return self.alive
 
     started = []
-    monkeypatch.setattr(workers, "prestart", lambda count, quiet=False: started.append(count))
+    monkeypatch.setattr(workers, "prestart", lambda count: started.append(count))
     monkeypatch.setattr(workers, "_spares", [])
     workers.keep_warm(2)
     monkeypatch.setattr(workers, "_spares", [workers.BareWorker(Proc(True), None, "x"),
@@ -95,9 +95,8 @@ def test_keep_warm_tops_up_the_spares(monkeypatch):
 
 
 def test_eval_of_several_submissions_starts_each_next_runs_workers_during_the_one_before(monkeypatch):
-    # The launcher starts only the first run's workers; a later run's used to import torch when
-    # that run began (3.4 s of this CPU's 4.7-s second run). Now each run, after its first case,
-    # starts as many as it took, quietly, and the next run takes those.
+    # Each run, after its first case, starts as many workers as it took, and the next run takes
+    # those; none is started after the last.
     from click.testing import CliRunner
 
     from kbench.cli.commands import cli
@@ -106,26 +105,26 @@ def test_eval_of_several_submissions_starts_each_next_runs_workers_during_the_on
     workers._discard_spares()
     warmed, got_spare = [], []
     keep_warm, take = workers.keep_warm, workers.take
-    monkeypatch.setattr(workers, "keep_warm", lambda n, quiet=False: (warmed.append((n, quiet)), keep_warm(n, quiet)))
+    monkeypatch.setattr(workers, "keep_warm", lambda n: (warmed.append(n), keep_warm(n)))
     monkeypatch.setattr(workers, "take", lambda: (
         got_spare.append(any(s.process.is_alive() for s in workers._spares)), take())[1])
     good = str(ROOT / "tests" / "fixtures" / "qknorm" / "good_torch")
     result = CliRunner().invoke(cli, ["eval", good, str(ROOT / "submissions" / "qknorm"), good, "--device", "cpu",
                                       "--case", "b3_q5_kv2_d64_f16"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert warmed == [(2, True), (2, True)]   # a submission and its baseline, after runs 1 and 2, not 3
+    assert warmed == [2, 2]   # a submission and its baseline, after runs 1 and 2, not 3
     assert got_spare == [False, False, True, True, True, True]
     assert not workers._spares   # none started for a run that does not come
 
 
-def test_a_gpu_run_starts_every_process_of_every_target_first(monkeypatch):
+def test_a_gpu_run_takes_every_process_of_every_target(monkeypatch):
     # the count alone (paths and devices made up): whether the line is a usage error is tested apart
     monkeypatch.setattr("kbench.cli.main._well_formed", lambda args: True)
     assert _workers_needed(["eval", "x", "--device", "cuda"]) == 2 * DEFAULT_PROCESSES
     assert _workers_needed(["eval", "x", "--device=cuda", "--processes", "3"]) == 6
     assert _workers_needed(["compare", "a", "b", "--device", "cuda", "--processes=1"]) == 2
     assert _workers_needed(["eval", "x", "--device", "cuda", "--baseline", "none", "--processes", "4"]) == 4
-    # --pool: every process of the pool, started first
+    # --pool: every process of the pool
     assert _workers_needed(["eval", "x", "--device", "cuda", "--pool", "4"]) == 8
     assert _workers_needed(["eval", "x", "--device", "cuda", "--pool=1", "--processes", "3"]) == 6
     # CPU mode times every target in one process, whatever --processes says
@@ -148,19 +147,3 @@ def test_profile_dir_gets_the_commands_profile_and_each_workers(tmp_path):
         assert pstats.Stats(str(path)).total_calls > 0
     parent = pstats.Stats(str(next(tmp_path.glob("parent-*.prof"))))
     assert any(func[2] == "run_case" for func in parent.stats), "the parent's profile misses the runner"
-
-
-def test_a_quiet_spare_imports_at_the_lowest_priority_and_its_main_thread_keeps_its_own():
-    """kbench/run/workers.py: the imports run in a thread at nice 19 (seen from inside it); the
-    main thread, which later times the submission, is left as it was."""
-    code = (
-        "import os, sys, threading\n"
-        "seen = []\n"
-        "real = os.setpriority\n"
-        "os.setpriority = lambda *a: (real(*a), seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))\n"
-        "from kbench.run import workers\n"
-        "workers._import_quietly()\n"
-        "print(seen[0], 'kbench.worker.loop' in sys.modules and 'torch' in sys.modules, os.getpriority(os.PRIO_PROCESS, 0))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["19", "True", str(os.getpriority(os.PRIO_PROCESS, 0))]
