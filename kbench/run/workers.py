@@ -131,14 +131,37 @@ def _spawn() -> BareWorker:
            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
                tempfile.gettempdir(), f"torchinductor_{_user()}")}
     env.pop("TRITON_INTERPRET", None)
-    start_server()
     process = _FORK.Process(target=worker_entry, args=(child_conn, os.path.join(tmp, "worker.log"), env),
                             daemon=True)
-    with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
-        process.start()
+    try:
+        _start(process)
+    except BaseException:
+        parent_conn.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        interrupts.untrack(tmp)
+        raise
+    finally:
+        child_conn.close()
     interrupts.track(tmp, process)
-    child_conn.close()
     return BareWorker(process, parent_conn, tmp)
+
+
+def _start(process) -> None:
+    """Start ``process`` from the fork server, on a new server where the running one has died: a
+    worker's parent is the server, which its submission can kill (the audit hook flags the signal)."""
+    from multiprocessing import forkserver
+
+    for attempt in range(2):
+        start_server()
+        try:
+            with interrupts.sigint_blocked():  # inherited: the worker never sees the terminal's Ctrl-C
+                process.start()
+            return
+        except (EOFError, OSError) as exc:   # the server died before or while it forked
+            if attempt:
+                raise KbenchError(f"no worker could be started: the workers' fork server failed twice "
+                                  f"({type(exc).__name__}: {exc})") from None
+            forkserver._forkserver._stop()   # reaped; the next start_server() starts a new one
 
 
 _spares: list[BareWorker] = []

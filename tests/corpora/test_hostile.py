@@ -95,6 +95,18 @@ def test_exploit_gets_flagged(fixture, flag):
     assert caught(result)
 
 
+def test_killing_the_fork_server_fails_the_case_and_the_next_run_starts_its_workers():  # 15
+    # A worker's parent is the server kbench forks workers from (kbench/run/workers.py); kbench
+    # learns a worker's exit from it, so with the server gone the worker reads as stopped.
+    result = run("kills_fork_server")
+    case = result["cases"][0]
+    assert (case["status"], case["reason"]) == ("crash", "timed call: worker is not running")
+    assert caught(result)
+    workers._discard_spares()   # the next run's workers start from the server, now dead
+    after = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=CASE)
+    assert [c["status"] for c in after["cases"]] == ["passed"]
+
+
 def test_public_seed_special_casing_fails_the_first_call_under_a_hidden_seed():  # 13
     case = run("public_seeds", seed=1234)["cases"][0]
     assert case["status"] == "mismatch" and "timed call" not in case["reason"]

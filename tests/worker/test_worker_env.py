@@ -144,3 +144,32 @@ def test_a_gpu_run_with_them_exported_is_timed_as_without(tmp_path):
     # Every timed call held behind the gate: impossible had CUDA_LAUNCH_BLOCKING reached a worker.
     assert not [n for n in case["notes"] if "could not be enqueued" in n], case["notes"]
     assert run["timing"]["environment_not_passed_on"] == EXPORTED
+
+
+def test_a_worker_gets_the_environment_of_its_start_not_the_fork_servers(tmp_path, monkeypatch):
+    # Workers fork from a server started earlier (kbench/run/workers.py); each still sees what the
+    # parent's environment holds when it starts.
+    workers.start_server()
+    monkeypatch.setenv("KBENCH_TEST_LATE", "set after the server started")
+    monkeypatch.delenv("HOME", raising=False)
+    workers._discard_spares()
+    sub = tmp_path / "qknorm"
+    sub.mkdir()
+    (sub / "submission.py").write_text(
+        "import os\n"
+        "assert os.environ.get('KBENCH_TEST_LATE') == 'set after the server started', 'late variable missing'\n"
+        "assert 'HOME' not in os.environ, 'a removed variable is back'\n"
+        + (FIXTURES / "qknorm" / "good_torch" / "submission.py").read_text())
+    assert set(statuses(run_cpu("qknorm", sub)).values()) == {"passed"}
+
+
+def test_a_killed_fork_server_is_started_again_for_the_next_worker():
+    import signal
+    from multiprocessing import forkserver
+
+    workers.start_server()
+    first = forkserver._forkserver._forkserver_pid
+    os.kill(first, signal.SIGKILL)
+    workers._discard_spares()
+    assert set(statuses(run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch")).values()) == {"passed"}
+    assert forkserver._forkserver._forkserver_pid not in (None, first)
