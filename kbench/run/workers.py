@@ -148,7 +148,7 @@ def _spawn() -> BareWorker:
 
 def _start(process) -> None:
     """Start ``process`` from the fork server, on a new server where the running one has died: a
-    worker's parent is the server, which its submission can kill (the audit hook flags the signal)."""
+    worker's parent is the server, which its submission can kill (docs/threat-model.md)."""
     from multiprocessing import forkserver
 
     for attempt in range(2):
