@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -36,6 +37,46 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001
         return str(os.getuid())
+
+
+class ForkedProcess:
+    """A forked worker's handle: whether it runs is read from a pidfd, not from the fork server
+    (``server``, its pid), which only relays its exit code, so a worker outlives a server its
+    submission stopped. The multiprocessing.Process calls kbench makes: ``pid``, ``is_alive``,
+    ``join``, ``exitcode``."""
+
+    def __init__(self, process, server: int | None):
+        self.process, self.pid, self.server, self._gone = process, process.pid, server, False
+        try:
+            self._fd = os.pidfd_open(process.pid)   # Linux 5.3+
+        except (AttributeError, OSError):   # none: the server's word
+            self._fd = None
+
+    def _exited(self, timeout: float | None) -> bool:
+        if self._gone:
+            return True
+        if self._fd is None:
+            self.process.join(timeout)
+            self._gone = not self.process.is_alive()
+        elif select.select([self._fd], [], [], timeout)[0]:
+            os.close(self._fd)
+            self._fd, self._gone = None, True
+        return self._gone
+
+    def is_alive(self) -> bool:
+        return not self._exited(0)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._exited(timeout):
+            self.process.join(1)   # its exit code, from the server (255 if the server is gone)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode if self._exited(0) else None
+
+    def __del__(self):
+        if self._fd is not None:
+            os.close(self._fd)
 
 
 @dataclass
@@ -142,8 +183,11 @@ def _spawn() -> BareWorker:
         raise
     finally:
         child_conn.close()
-    interrupts.track(tmp, process)
-    return BareWorker(process, parent_conn, tmp)
+    from multiprocessing import forkserver
+
+    handle = ForkedProcess(process, forkserver._forkserver._forkserver_pid)
+    interrupts.track(tmp, handle)
+    return BareWorker(handle, parent_conn, tmp)
 
 
 def _start(process) -> None:
@@ -181,10 +225,14 @@ def keep_warm(count: int) -> None:
 
 
 def take() -> BareWorker:
-    """A started worker: a spare if one is alive, else a new one."""
+    """A started worker: a spare if one is alive and the server it came from still runs (only that
+    server can relay its exit code: a submission can stop it), else a new one."""
+    from multiprocessing import forkserver
+
+    start_server()
     while _spares:
         spare = _spares.pop(0)
-        if spare.process.is_alive():
+        if spare.process.is_alive() and spare.process.server == forkserver._forkserver._forkserver_pid:
             return spare
         spare.discard()
     return spawn()

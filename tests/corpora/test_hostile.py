@@ -95,12 +95,13 @@ def test_exploit_gets_flagged(fixture, flag):
     assert caught(result)
 
 
-def test_killing_the_fork_server_fails_the_case_and_the_next_run_starts_its_workers():  # 15
-    # A worker's parent is the server kbench forks workers from (kbench/run/workers.py); kbench
-    # learns a worker's exit from it, so with the server gone the worker reads as stopped.
+def test_killing_the_fork_server_is_flagged_and_the_next_run_starts_its_workers():  # 15
+    # A worker's parent is the server kbench forks workers from (kbench/run/workers.py): the worker
+    # runs on without it, and the next worker's start finds a new one.
     result = run("kills_fork_server")
     case = result["cases"][0]
-    assert (case["status"], case["reason"]) == ("crash", "timed call: worker is not running")
+    assert case["status"] == "passed", case["reason"]
+    assert any("sent signal 9 to process" in f for f in case["flags"]), case["flags"]
     assert caught(result)
     workers._discard_spares()   # the next run's workers start from the server, now dead
     after = run_cpu("qknorm", FIXTURES / "qknorm" / "good_torch", only=CASE)
