@@ -4,10 +4,11 @@ after theirs.
 Every worker needs torch (2-3 s of CPU to import on a slow host) before it can load a submission.
 Workers are forked from one server process (multiprocessing's forkserver) that imported torch and
 nothing else: no kbench code, no submission, no CUDA context (importing torch makes none), so a
-worker starts as fresh as a spawned interpreter, in milliseconds once the server is up. ``kbench eval`` and ``kbench compare`` start the server first
-(kbench/cli/main.py), so its import overlaps the parent's own. A worker takes the parent's
-environment as it is when the worker starts, then waits for its assignment (``protocol.Assign``:
-which contract, which submission, which device). Nothing here imports torch.
+worker starts as fresh as a spawned interpreter, in milliseconds once the server is up.
+``kbench eval`` and ``kbench compare`` start the server first (kbench/cli/main.py), so its import
+overlaps the parent's own. A worker takes the parent's environment as it is when the worker
+starts, then waits for its assignment (``protocol.Assign``: which contract, which submission,
+which device). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -22,13 +23,18 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
 
 from kbench import interrupts
 from kbench.errors import KbenchError
 from kbench.worker import environment
 
 _FORK = multiprocessing.get_context("forkserver")
+
+
+def _server_pid() -> int | None:
+    """The running fork server's pid (None before the first start)."""
+    return forkserver._forkserver._forkserver_pid
 
 
 def _user() -> str:
@@ -148,8 +154,6 @@ def start_server() -> None:
     worker runs with (kbench/worker/environment.py), since torch reads some as it is imported; SIGINT
     is blocked in it and in every worker it forks (kbench/interrupts.py). KbenchError where TMPDIR
     leaves no room for its socket's path."""
-    from multiprocessing import forkserver
-
     _workers_root()   # this process's multiprocessing folder, where the server's socket goes
     forkserver.set_forkserver_preload(["torch"])
     saved = {name: os.environ.pop(name) for name in environment.NOT_PASSED_ON if name in os.environ}
@@ -183,9 +187,7 @@ def _spawn() -> BareWorker:
         raise
     finally:
         child_conn.close()
-    from multiprocessing import forkserver
-
-    handle = ForkedProcess(process, forkserver._forkserver._forkserver_pid)
+    handle = ForkedProcess(process, _server_pid())
     interrupts.track(tmp, handle)
     return BareWorker(handle, parent_conn, tmp)
 
@@ -193,8 +195,6 @@ def _spawn() -> BareWorker:
 def _start(process) -> None:
     """Start ``process`` from the fork server, on a new server where the running one has died: a
     worker's parent is the server, which its submission can kill (docs/threat-model.md)."""
-    from multiprocessing import forkserver
-
     for attempt in range(2):
         start_server()
         try:
@@ -227,12 +227,10 @@ def keep_warm(count: int) -> None:
 def take() -> BareWorker:
     """A started worker: a spare if one is alive and the server it came from still runs (only that
     server can relay its exit code: a submission can stop it), else a new one."""
-    from multiprocessing import forkserver
-
     start_server()
     while _spares:
         spare = _spares.pop(0)
-        if spare.process.is_alive() and spare.process.server == forkserver._forkserver._forkserver_pid:
+        if spare.process.is_alive() and spare.process.server == _server_pid():
             return spare
         spare.discard()
     return spawn()
