@@ -8,7 +8,6 @@ import os
 import sys
 import tempfile
 import time
-from multiprocessing import forkserver
 from pathlib import Path
 
 MARK = "KBENCH_TEST_SESSION"
@@ -18,9 +17,10 @@ def _spares():
     """Started workers kept waiting on purpose (workers.keep_warm) and the server workers fork
     from (it lives as long as this process): not leftovers."""
     module = sys.modules.get("kbench.run.workers")
-    spares = list(module._spares) if module is not None else []
-    server = forkserver._forkserver._forkserver_pid
-    return {s.tmp for s in spares}, {s.process.pid for s in spares} | {server}
+    if module is None:
+        return set(), set()
+    spares = list(module._spares)
+    return {s.tmp for s in spares}, {s.process.pid for s in spares} | {module._server_pid()}
 
 
 def session_processes() -> dict[int, str]:

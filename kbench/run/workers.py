@@ -87,7 +87,7 @@ class ForkedProcess:
 
 @dataclass
 class BareWorker:
-    """A spawned worker process not yet told what to load; ``tmp`` is its private folder
+    """A started worker process not yet told what to load; ``tmp`` is its private folder
     (its log, and its TMPDIR: the submission's temp files)."""
 
     process: object
