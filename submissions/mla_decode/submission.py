@@ -560,23 +560,27 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 
 
 
-# The down projections' split: 8 splits of the model dimension x 33 column tiles of 64 at DeepSeek-V3's
-# widths. On the H100, L2 flushed: 36.3 us at bs 128 against 31.6 for cuBLAS's two GEMMs (19.0 for Q
-# down alone, which the general path overlaps with KV down), 21.0 us at bs 1 against 26.7; 128-wide
-# tiles in 7 splits 35.8 / 45.5, 16 splits 54.9 / 22.4 (submissions/mla_decode/README.md).
+# The down projections' split: 33 column tiles of 64 at DeepSeek-V3's widths, the model dimension in 8
+# splits, or in 4 with 8 warps for batches over 64, where the 132 programs fill the H100's SMs once.
+# On the H100, L2 flushed: 28.9 us at bs 128 against 33.2 for cuBLAS's two GEMMs and 36.6 in 8 splits;
+# 21.3 us at bs 1 against 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
+DOWN_WIDE = {"splits": 4, "num_warps": 8}   # block_m 128
 _COUNTERS: dict = {}
 
 
 def _down_shape(bs: int, dim: int, dq: int):
-    """(block_m, block_n, block_k, splits, k_split) of the down kernel, or None where it does not fit."""
+    """(block_m, block_n, block_k, splits, k_split, num_warps) of the down kernel, or None where it does
+    not fit."""
     block_n = DOWN["block_n"] if dq % DOWN["block_n"] == 0 else 16
     block_k = DOWN["block_k"] if dim % DOWN["block_k"] == 0 else 16
     if bs > 128 or dq % block_n or dim % block_k:
         return None
+    block_m = max(16, triton.next_power_of_2(bs))
+    shape = {**DOWN, **DOWN_WIDE} if block_m == 128 else DOWN
     steps = dim // block_k
-    per_split = triton.cdiv(steps, min(DOWN["splits"], steps))
-    return max(16, triton.next_power_of_2(bs)), block_n, block_k, triton.cdiv(steps, per_split), per_split * block_k
+    per_split = triton.cdiv(steps, min(shape["splits"], steps))
+    return block_m, block_n, block_k, triton.cdiv(steps, per_split), per_split * block_k, shape["num_warps"]
 
 
 def _counter(device, stream: int, n: int) -> torch.Tensor:
@@ -598,7 +602,7 @@ def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: tor
     if (shape is None or wq.shape[1] != dim or wkv.shape[1] != dim or nkv != buf.shape[-1]
             or buf.dtype != torch.bfloat16 or any(t.stride(-1) != 1 for t in (x2, wq, wkv, buf))):
         return None
-    block_m, block_n, block_k, splits, k_split = shape
+    block_m, block_n, block_k, splits, k_split, warps = shape
     n_tiles = dq // block_n + triton.cdiv(nkv, block_n)
     x1 = torch.empty(bs, dq, dtype=torch.bfloat16, device=x2.device)
     part = torch.empty(splits * block_m * n_tiles * block_n, dtype=torch.float32, device=x2.device)
@@ -608,7 +612,7 @@ def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: tor
         x2.stride(0), wq.stride(0), wkv.stride(0), x1.stride(0), buf.stride(0)),
         dict(K=dim, NQ=dq, NKV=nkv, NP=n_tiles * block_n, SPLITS=splits, K_SPLIT=k_split, BLOCK_M=block_m,
              BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET),
-        num_warps=DOWN["num_warps"], num_stages=DOWN["num_stages"])
+        num_warps=warps, num_stages=DOWN["num_stages"])
     return x1
 
 
@@ -669,7 +673,7 @@ class _Lean:
         self.dq = config.Q_proj_down_weight.shape[0]
         bs, H, R = self.bs, self.H, self.R
         self.down = _down_shape(bs, self.dim, self.dq)
-        block_m, block_n, _, d_splits, _ = self.down
+        block_m, block_n, _, d_splits, _, _ = self.down
         self.n_tiles = self.dq // block_n + triton.cdiv(R + self.rope, block_n)
         max_splits = context_splits(bs, H, buf.shape[1], self.device, one_per_sm=True)[0]
         self.cos, self.sin = _trig_table(self.rope // 2, buf.shape[1], self.device, torch.bfloat16)
@@ -692,7 +696,7 @@ class _Lean:
         at = ws.data_ptr()
         x1, q_lat, q_pe, o, opart, lse, part = (at + self.offsets[k] for k in self.regions)
         kv_up = config.KV_proj_up_weight
-        block_m, block_n, block_k, d_splits, k_split = self.down
+        block_m, block_n, block_k, d_splits, k_split, d_warps = self.down
         kv_len = pos + 1
         splits, tps = context_splits(bs, H, kv_len, self.device, one_per_sm=True)
         counter = _counter(self.device, stream, self.n_tiles)
@@ -701,7 +705,7 @@ class _Lean:
             (x, config.Q_proj_down_weight, config.KV_proj_down_weight, part, counter, x1, buf, bs,
              pos * buf.stride(1), dim, dim, dim, dq, buf.stride(0)),
             (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
-            (DOWN["num_warps"], DOWN["num_stages"]))
+            (d_warps, DOWN["num_stages"]))
         run(ws, stream, "q_up", _q_up_absorb_kernel, (H, 1, 1),
             (x1, config.Q_proj_up_weight, kv_up, q_lat, q_pe, bs, dq, dq, (nope + vd) * R, R, bs * R, R, H * rope, rope),
             (dq, nope, rope, R, max(64, triton.next_power_of_2(bs)), 64, min(128, R), False),
