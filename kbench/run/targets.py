@@ -79,7 +79,7 @@ class Target:
         return out
 
     def start(self, setup_cases: list[dict]) -> None:
-        """Spawn the worker: it loads the target and runs the contract's setup on its own."""
+        """Start the worker: it loads the target and runs the contract's setup on its own."""
         self.setup_cases = setup_cases
         self.worker = WorkerProcess(self.task.contract_path, self.path, self.options.device,
                                     flush_bytes=self.flush,
@@ -241,7 +241,7 @@ _ERROR_LINES = (re.compile(r"CUDA error|illegal memory access|device-side assert
 
 
 class WorkerProcess:
-    """One spawned worker holding one loaded submission or baseline."""
+    """One worker process holding one loaded submission or baseline."""
 
     def __init__(self, contract_path: Path, target: Path, device: str, *, flush_bytes: int,
                  interpret: bool, timeout: float, setup_cases: list, cuda_connections: int | None = None):

@@ -149,7 +149,7 @@ def _cases(names: list[str], total: int | None = None) -> str:
 #
 # A unit runs where its inputs and ground truth are made (a per-GPU child of ``kbench eval
 # --gpus``, kbench/scaleout/gpus.py, or a Ray task, kbench/scaleout/ray.py), and its verdicts are decided
-# there; the submission still runs in its own spawned worker (kbench/run/runner.py), exactly as in a
+# there; the submission still runs in its own worker process (kbench/run/runner.py), exactly as in a
 # plain run. Each case's baseline and submission are timed on this process's one device,
 # alternating call by call, so every speedup compares like with like.
 

@@ -2,7 +2,7 @@
 
 Each task takes one GPU (``num_gpus=1``; in CPU mode one CPU) and runs one unit there
 (kbench/scaleout/plan.py): its inputs, ground truth and verdicts are made in the task's process, the
-submission runs in its own spawned worker beside it, as in a plain run. The submission's files
+submission runs in its own worker process beside it, as in a plain run. The submission's files
 travel with the task (a cluster's hosts need not share a disk). Ray's own retries are off: a
 task lost with its worker or node is tried once more by this module, then its cases are
 ``lost`` (kbench/scaleout/plan.py); a task returns its records whole, so a lost task's cases all go again.

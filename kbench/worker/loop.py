@@ -160,7 +160,7 @@ def _reply(conn, message: dict, target: Path) -> bool:
 
 
 def main(conn, log_path: str) -> None:
-    """Entry point of the spawned worker process (through kbench/worker/environment.py): wait for
+    """Entry point of the worker process (through kbench/worker/environment.py): wait for
     the assignment, load, run the contract's setup (on every case's parameters) at once,
     report ready, then answer requests until Stop."""
     try:
