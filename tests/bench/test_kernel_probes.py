@@ -71,3 +71,11 @@ def test_mla_decode_precision_runs_its_model_of_the_kernel_from_the_repository_r
     assert [line.split(":")[0].strip() for line in lines[1:]] == ["qlat=bf16,p=fp32,o=bf16,v=bf16",
                                                                   "qlat=fp32,p=fp32,o=bf16,v=bf16"]
     assert all("0/2 calls fail" in line for line in lines[1:])
+
+
+def test_mla_decode_precision_refuses_its_cpu_model_on_the_gpu():
+    proc = subprocess.run([sys.executable, str((MLA / "mla_decode_precision.py").relative_to(ROOT)),
+                           "--model", "qlat=bf16", "--device", "cuda"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("--model is a CPU model of the kernel: leave out --device")

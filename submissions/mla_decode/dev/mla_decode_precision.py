@@ -95,6 +95,8 @@ def main() -> int:
     ap.add_argument("--model", default=None, help="qlat=..,p=..,o=..,v=.. (bf16|fp32): the PyTorch model")
     ap.add_argument("--tag", default="precision", help="seeds are derive_seed('mla-precision', TAG, case, i)")
     args = ap.parse_args()
+    if args.model and args.device != "cpu":
+        ap.error("--model is a CPU model of the kernel: leave out --device")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports Triton
     import torch
