@@ -25,6 +25,7 @@ its times mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -46,8 +47,6 @@ def _sync(device: str) -> None:
 def measure(task, path: Path, cases, device: str) -> tuple[list[dict], str]:
     """One target: a record per case (median host ms of the 3 measure sets) and the compile
     cache's verdict after the run."""
-    import dataclasses
-
     import torch
     contract, module = task.contract, task.module
     spec_mod = module.spec_mod

@@ -3,6 +3,8 @@ the way the real ones do (GPU MODE's results on the POPCORN_FD descriptor, Front
 the attention challenge's JSON summary); the real harnesses need a GPU."""
 import importlib.util
 import json
+import subprocess
+import sys
 import textwrap
 
 from tests.helpers import ROOT
@@ -20,9 +22,19 @@ def _write(path, text):
     path.write_text(textwrap.dedent(text))
 
 
-def test_gpu_mode_results_are_read_from_the_descriptor_eval_py_is_given(tmp_path, capsys):
+def _gpu_mode(tmp_path, eval_py: str):
+    """A reference-kernels clone whose mla-decode eval.py is ``eval_py``, and an empty folder for the logs."""
     problem = tmp_path / "reference-kernels/problems/amd/mla-decode"
-    _write(problem / "eval.py", """\
+    _write(problem / "eval.py", eval_py)
+    for name in ("reference.py", "task.py", "utils.py"):
+        _write(problem / name, "")
+    out = tmp_path / "out"
+    out.mkdir()
+    return tmp_path / "reference-kernels", out
+
+
+def test_gpu_mode_results_are_read_from_the_descriptor_eval_py_is_given(tmp_path, capsys):
+    repo, out = _gpu_mode(tmp_path, """\
         import os, sys
         cases = open(sys.argv[2]).read().splitlines()
         with os.fdopen(int(os.environ["POPCORN_FD"]), "w") as f:
@@ -34,11 +46,7 @@ def test_gpu_mode_results_are_read_from_the_descriptor_eval_py_is_given(tmp_path
                     print(f"benchmark.{i}.best: {(i + 1) * 9e4}", file=f)
             print("check: pass", file=f)
         """)
-    for name in ("reference.py", "task.py", "utils.py"):
-        _write(problem / name, "")
-    out = tmp_path / "out"
-    out.mkdir()
-    assert _tool().mla_decode(tmp_path / "reference-kernels", out)
+    assert _tool().mla_decode(repo, out)
     printed = capsys.readouterr().out
     assert "eval.py test: exit 0, check pass; 128 pass, 512 pass, 1024 pass, 2048 pass" in printed
     assert "prefill 4096: mean 500.0 us, best 450.0 us, 3 runs" in printed
@@ -46,17 +54,13 @@ def test_gpu_mode_results_are_read_from_the_descriptor_eval_py_is_given(tmp_path
 
 
 def test_a_failed_gpu_mode_check_fails_the_task(tmp_path):
-    problem = tmp_path / "reference-kernels/problems/amd/mla-decode"
-    _write(problem / "eval.py", """\
+    repo, out = _gpu_mode(tmp_path, """\
         import os
         with os.fdopen(int(os.environ["POPCORN_FD"]), "w") as f:
             print("check: fail", file=f)
         raise SystemExit(112)
         """)
-    for name in ("reference.py", "task.py", "utils.py"):
-        _write(problem / name, "")
-    (tmp_path / "out").mkdir()
-    assert not _tool().mla_decode(tmp_path / "reference-kernels", tmp_path / "out")
+    assert not _tool().mla_decode(repo, out)
 
 
 def test_frontier_cs_gets_a_solution_naming_the_bundled_file(tmp_path, capsys):
@@ -120,9 +124,6 @@ def test_the_attention_challenge_falls_back_to_its_evaluator_when_its_cli_cannot
 
 
 def test_a_folder_without_the_originals_is_refused_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
     (tmp_path / "Frontier-CS").mkdir()
     proc = subprocess.run([sys.executable, "bench/originals.py", str(tmp_path), "--tasks", "qknorm"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
