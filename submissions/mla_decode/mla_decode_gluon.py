@@ -27,7 +27,6 @@ original's bf16 roundings, o rounded to bf16 once. README.md has the figures
 and the variants that lost.
 """
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -377,7 +376,7 @@ def launch(q_lat, q, kv, cos, sin, o, opart, lse, kv_len: int, splits: int, tile
     launcher is kept (the caller wants the compiled kernel back)."""
     H, bs, R = q_lat.shape
     split = splits > 1
-    grid = (triton.cdiv(H, BLOCK_H), bs, splits)
+    grid = (-(-H // BLOCK_H), bs, splits)
     runtime = (q, cos, sin, opart, lse, H, kv_len, tiles_per_split, qk_scale,
                q.stride(0), q.stride(1),
                opart.stride(0) if split else 0, opart.stride(1) if split else 0, opart.stride(2) if split else 0,

@@ -61,6 +61,17 @@ try:  # a sibling, as the Gluon kernel; this file imported on its own launches t
 except ImportError:
     Kernels = None
 
+# Host-side arithmetic in plain Python: Triton's own cdiv and next_power_of_2 are constexpr functions
+# whose every host call goes through their in-kernel wrapper (3.3-3.8 us each, Triton 3.9 on a CPU host),
+# and the lean path makes a dozen such calls per call.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 # The Triton kernels' launches after the first of each specialisation skip the JIT's dispatch
 # (mla_launch.py: 50-70 us of Python a launch on the H200 host). Not on CPU (the interpreter).
 DIRECT_LAUNCH = True
@@ -418,7 +429,7 @@ def _n_sms(device: torch.device) -> int:
 
 
 def _block_h(n_heads: int) -> int:
-    return min(CONFIG["block_h"], max(16, triton.next_power_of_2(n_heads)))
+    return min(CONFIG["block_h"], max(16, _next_pow2(n_heads)))
 
 
 def context_splits(bs: int, n_heads: int, kv_len: int, device, one_per_sm: bool = False) -> tuple[int, int]:
@@ -427,17 +438,17 @@ def context_splits(bs: int, n_heads: int, kv_len: int, device, one_per_sm: bool 
     at most 16 splits. `one_per_sm`: the Gluon kernel, whose shared memory holds one program
     an SM, so the programs are kept to one wave (a second, part-filled one would cost a whole
     program's time) and up to 64 splits."""
-    groups = triton.cdiv(n_heads, _block_h(n_heads))
-    tiles = triton.cdiv(kv_len, CONFIG["block_n"])
+    groups = _cdiv(n_heads, _block_h(n_heads))
+    tiles = _cdiv(kv_len, CONFIG["block_n"])
     n_sms = _n_sms(device)
     if 8 * bs * groups >= 7 * n_sms:  # e.g. 128 programs on 132 SMs: a split would add a wave and the merge
         return 1, tiles
     if one_per_sm:
-        splits = max(1, min(n_sms // (bs * groups), triton.cdiv(tiles, 4), 64))
+        splits = max(1, min(n_sms // (bs * groups), _cdiv(tiles, 4), 64))
     else:
-        splits = max(1, min(triton.cdiv(n_sms, bs * groups), triton.cdiv(tiles, 4), 16))
-    tiles_per_split = triton.cdiv(tiles, splits)
-    return triton.cdiv(tiles, tiles_per_split), tiles_per_split
+        splits = max(1, min(_cdiv(n_sms, bs * groups), _cdiv(tiles, 4), 16))
+    tiles_per_split = _cdiv(tiles, splits)
+    return _cdiv(tiles, tiles_per_split), tiles_per_split
 
 
 def _theta(half: int, device) -> torch.Tensor:
@@ -464,7 +475,7 @@ def rope_keys(kv: torch.Tensor, kv_len: int, R: int, cos: torch.Tensor, sin: tor
     """(bs, kv_len, rope) bf16: the RoPE part of each cache row rotated at its position."""
     bs, rope = kv.shape[0], kv.shape[-1] - R
     kpe = torch.empty(bs, kv_len, rope, dtype=torch.bfloat16, device=kv.device)
-    _launch(_rope_keys_kernel, (triton.cdiv(kv_len, 64), bs), kv.device,
+    _launch(_rope_keys_kernel, (_cdiv(kv_len, 64), bs), kv.device,
             (kv, cos, sin, kpe, kv_len, kv.stride(0), kv.stride(1), kpe.stride(0), kpe.stride(1)),
             dict(R=R, HALF=rope // 2, BLOCK_N=64))
     return kpe
@@ -480,7 +491,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
     block_h = _block_h(H)
     v_split = CONFIG["v_split"] if R // CONFIG["v_split"] >= 16 else 1
     block_n = CONFIG["block_n"]
-    groups = triton.cdiv(H, block_h)
+    groups = _cdiv(H, block_h)
     use_gluon = (CONFIG["gluon"] and not _INTERPRET and _gluon is not None and _gluon.supported(q_lat, kv)
                  and block_n == _gluon.BLOCK_N)
     splits, tiles_per_split = context_splits(bs, H, kv_len, kv.device, one_per_sm=use_gluon)
@@ -513,7 +524,7 @@ def mla_attention(q_lat: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, kv_len
         _launch(_merge_splits_kernel, (bs, H), kv.device, (
             opart, lse, o, splits, opart.stride(0), opart.stride(1), opart.stride(2),
             lse.stride(0), lse.stride(1), o.stride(0), o.stride(1)),
-            dict(R=R, SPLITS=triton.next_power_of_2(splits)))
+            dict(R=R, SPLITS=_next_pow2(splits)))
     return o
 
 
@@ -533,7 +544,7 @@ def q_up_absorbed(x1: torch.Tensor, wq: torch.Tensor, w_uk: torch.Tensor, H: int
         return None
     q_lat = torch.empty(H, bs, R, dtype=torch.bfloat16, device=x1.device)
     q_pe = torch.empty(bs, H, rope, dtype=torch.bfloat16, device=x1.device)
-    block_m = max(16 if _INTERPRET else 64, triton.next_power_of_2(bs))
+    block_m = max(16 if _INTERPRET else 64, _next_pow2(bs))
     _launch(_q_up_absorb_kernel, (H,), x1.device, (
         x1, wq, w_uk, q_lat, q_pe, bs,
         x1.stride(0), wq.stride(0), w_uk.stride(0), w_uk.stride(1), q_lat.stride(0), q_lat.stride(1),
@@ -552,8 +563,8 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
         return torch.bmm(o.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1).reshape(bs, H * vd)
     rows = torch.empty(bs, H * vd, dtype=torch.bfloat16, device=o.device)
     a, b, c = o.transpose(0, 1), w_uv.transpose(1, 2), rows.view(bs, H, vd).transpose(0, 1)
-    block_m = min(128, max(16, triton.next_power_of_2(bs)))
-    _launch(_head_bmm_kernel, (vd // block_n, triton.cdiv(bs, block_m), H), o.device,
+    block_m = min(128, max(16, _next_pow2(bs)))
+    _launch(_head_bmm_kernel, (vd // block_n, _cdiv(bs, block_m), H), o.device,
             (a, b, c, bs, R, *a.stride(), *b.stride(), *c.stride()),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET), num_warps=8, num_stages=2)
     return rows
@@ -576,11 +587,11 @@ def _down_shape(bs: int, dim: int, dq: int):
     block_k = DOWN["block_k"] if dim % DOWN["block_k"] == 0 else 16
     if bs > 128 or dq % block_n or dim % block_k:
         return None
-    block_m = max(16, triton.next_power_of_2(bs))
+    block_m = max(16, _next_pow2(bs))
     shape = {**DOWN, **DOWN_WIDE} if block_m == 128 else DOWN
     steps = dim // block_k
-    per_split = triton.cdiv(steps, min(shape["splits"], steps))
-    return block_m, block_n, block_k, triton.cdiv(steps, per_split), per_split * block_k, shape["num_warps"]
+    per_split = _cdiv(steps, min(shape["splits"], steps))
+    return block_m, block_n, block_k, _cdiv(steps, per_split), per_split * block_k, shape["num_warps"]
 
 
 def _counter(device, stream: int, n: int) -> torch.Tensor:
@@ -603,7 +614,7 @@ def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: tor
             or buf.dtype != torch.bfloat16 or any(t.stride(-1) != 1 for t in (x2, wq, wkv, buf))):
         return None
     block_m, block_n, block_k, splits, k_split, warps = shape
-    n_tiles = dq // block_n + triton.cdiv(nkv, block_n)
+    n_tiles = dq // block_n + _cdiv(nkv, block_n)
     x1 = torch.empty(bs, dq, dtype=torch.bfloat16, device=x2.device)
     part = torch.empty(splits * block_m * n_tiles * block_n, dtype=torch.float32, device=x2.device)
     stream = raw_stream(x2.device) if x2.is_cuda else 0
@@ -621,14 +632,17 @@ _WEIGHTS = ("Q_proj_down_weight", "KV_proj_down_weight", "Q_proj_up_weight", "KV
 
 def _layout(config, x, buf) -> tuple:
     """What the lean path's compiled kernels and offsets depend on: shapes, strides, dtypes, devices,
-    the widths, and whether every base is 16-byte aligned."""
-    weights = tuple(getattr(config, n) for n in _WEIGHTS)
-    ptrs = x.data_ptr() | buf.data_ptr()
-    for w in weights:
-        ptrs |= w.data_ptr()
-    return (x.shape, x.stride(), x.dtype, x.device, buf.shape, buf.stride(), buf.dtype, buf.device, ptrs % 16 == 0,
+    the widths, and whether every base is 16-byte aligned. Read on every call (flat: ~2x cheaper than
+    built through a loop over the weights)."""
+    wqd, wkvd, wqu = config.Q_proj_down_weight, config.KV_proj_down_weight, config.Q_proj_up_weight
+    wkvu, wo = config.KV_proj_up_weight, config.wo_weight
+    aligned = (x.data_ptr() | buf.data_ptr() | wqd.data_ptr() | wkvd.data_ptr() | wqu.data_ptr() | wkvu.data_ptr()
+               | wo.data_ptr()) % 16 == 0
+    return (x.shape, x.stride(), x.dtype, x.device, buf.shape, buf.stride(), buf.dtype, buf.device, aligned,
             config.n_heads, config.kv_lora_rank, config.qk_nope_head_dim, config.qk_rope_head_dim,
-            config.v_head_dim, *((w.shape, w.stride(), w.dtype, w.device) for w in weights))
+            config.v_head_dim, wqd.shape, wqd.stride(), wqd.dtype, wqd.device, wkvd.shape, wkvd.stride(),
+            wkvd.dtype, wkvd.device, wqu.shape, wqu.stride(), wqu.dtype, wqu.device, wkvu.shape, wkvu.stride(),
+            wkvu.dtype, wkvu.device, wo.shape, wo.stride(), wo.dtype, wo.device)
 
 
 class _Lean:
@@ -638,9 +652,11 @@ class _Lean:
     launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace for every intermediate
     and one buffer for the rows wo reads, allocated on a stream's first call and kept; five launches,
     each a compiled kernel's C launcher fed integers (mla_launch.Direct, DescriptorLauncher); cuBLAS
-    for wo alone. The first call of a layout launches through the JIT (which compiles) on views of the
-    same workspace and keeps the launchers. Kept besides: the layout's offsets and the RoPE table; no
-    call reads what an earlier one left in the workspace."""
+    for wo alone. The down kernel is launched first, its arguments and constants prepared per layout,
+    so the host work of every later step runs while it does. The first call of a layout launches
+    through the JIT (which compiles) on views of the same workspace and keeps the launchers. Kept
+    besides: the layout's offsets and the RoPE table; no call reads what an earlier one left in the
+    workspace."""
 
     @staticmethod
     def create(config, x, buf):
@@ -671,112 +687,123 @@ class _Lean:
         self.H, self.R = config.n_heads, config.kv_lora_rank
         self.nope, self.rope, self.vd = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
         self.dq = config.Q_proj_down_weight.shape[0]
-        bs, H, R = self.bs, self.H, self.R
-        self.down = _down_shape(bs, self.dim, self.dq)
-        block_m, block_n, _, d_splits, _, _ = self.down
-        self.n_tiles = self.dq // block_n + triton.cdiv(R + self.rope, block_n)
+        self.buf_strides = buf.stride()[:2]
+        bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
+        block_m, block_n, block_k, d_splits, k_split, d_warps = _down_shape(bs, dim, dq)
+        self.n_tiles = dq // block_n + _cdiv(R + rope, block_n)
         max_splits = context_splits(bs, H, buf.shape[1], self.device, one_per_sm=True)[0]
-        self.cos, self.sin = _trig_table(self.rope // 2, buf.shape[1], self.device, torch.bfloat16)
-        self.regions = {"x1": ((bs, self.dq), torch.bfloat16), "q_lat": ((H, bs, R), torch.bfloat16),
-                        "q_pe": ((bs, H, self.rope), torch.bfloat16), "o": ((bs, H, R), torch.bfloat16),
+        self.cos, self.sin = _trig_table(rope // 2, buf.shape[1], self.device, torch.bfloat16)
+        self.regions = {"x1": ((bs, dq), torch.bfloat16), "q_lat": ((H, bs, R), torch.bfloat16),
+                        "q_pe": ((bs, H, rope), torch.bfloat16), "o": ((bs, H, R), torch.bfloat16),
                         "opart": ((max_splits, bs, H, R), torch.float32), "lse": ((max_splits, bs, H), torch.float32),
                         "part": ((d_splits * block_m * self.n_tiles * block_n,), torch.float32)}
         self.offsets, end = {}, 0
         for name, (shape, dtype) in self.regions.items():
             self.offsets[name] = end
-            end += triton.cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
+            end += _cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
         self.ws_bytes = end
+        # Each step's grid, constants and launch options: functions of the layout alone.
+        self.down = ((self.n_tiles, d_splits, 1),
+                     (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
+                     (d_warps, DOWN["num_stages"]))
+        self.q_up = ((H, 1, 1), (dq, nope, rope, R, max(64, _next_pow2(bs)), 64, min(128, R), False),
+                     (CONFIG["fused_q_warps"], CONFIG["fused_q_stages"]))
+        block_vm = min(128, max(16, _next_pow2(bs)))
+        self.to_rows = ((vd // min(64, vd), _cdiv(bs, block_vm), H), (block_vm, min(64, vd), min(128, R), False), (8, 2))
         self.launchers = {}   # (step, constexprs) -> Direct or DescriptorLauncher (None: always the JIT)
-        self.scratch = {}     # stream -> (workspace, wo's rows): kept, every byte written before it is read
+        self.scratch = {}     # stream -> (workspace, wo's rows, counters): kept, every byte written before read
+        self.tensors = ()     # the call's workspace, then its other tensors: for the JIT's first launch (_tensor)
 
     def __call__(self, config, x, buf, pos: int):
-        bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
         stream = raw_stream(self.device)
-        ws, rows = self._scratch(stream)
+        found = self.scratch.get(stream)
+        ws, rows, counter = found if found is not None else self._scratch(stream)
         at = ws.data_ptr()
-        x1, q_lat, q_pe, o, opart, lse, part = (at + self.offsets[k] for k in self.regions)
-        kv_up = config.KV_proj_up_weight
-        block_m, block_n, block_k, d_splits, k_split, d_warps = self.down
+        offsets = self.offsets
+        x1 = at + offsets["x1"]
+        wqd, wkvd = config.Q_proj_down_weight, config.KV_proj_down_weight
+        wqu, kv_up = config.Q_proj_up_weight, config.KV_proj_up_weight
+        bs, dim, dq = self.bs, self.dim, self.dq
+        s_batch, s_row = self.buf_strides
+        self.tensors = (ws, x, buf, wqd, wkvd, wqu, kv_up, counter, rows)
+        grid, constexprs, options = self.down
+        self._step(stream, "down", _down_kernel, grid,
+                   (x.data_ptr(), wqd.data_ptr(), wkvd.data_ptr(), at + offsets["part"], counter.data_ptr(), x1,
+                    buf.data_ptr(), bs, pos * s_row, dim, dim, dim, dq, s_batch), constexprs, options)
+        H, R, rope, nope, vd = self.H, self.R, self.rope, self.nope, self.vd
+        q_lat, q_pe, o = at + offsets["q_lat"], at + offsets["q_pe"], at + offsets["o"]
+        opart, lse = at + offsets["opart"], at + offsets["lse"]
         kv_len = pos + 1
         splits, tps = context_splits(bs, H, kv_len, self.device, one_per_sm=True)
-        counter = _counter(self.device, stream, self.n_tiles)
-        run = self._step
-        run(ws, stream, "down", _down_kernel, (self.n_tiles, d_splits, 1),
-            (x, config.Q_proj_down_weight, config.KV_proj_down_weight, part, counter, x1, buf, bs,
-             pos * buf.stride(1), dim, dim, dim, dq, buf.stride(0)),
-            (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
-            (d_warps, DOWN["num_stages"]))
-        run(ws, stream, "q_up", _q_up_absorb_kernel, (H, 1, 1),
-            (x1, config.Q_proj_up_weight, kv_up, q_lat, q_pe, bs, dq, dq, (nope + vd) * R, R, bs * R, R, H * rope, rope),
-            (dq, nope, rope, R, max(64, triton.next_power_of_2(bs)), 64, min(128, R), False),
-            (CONFIG["fused_q_warps"], CONFIG["fused_q_stages"]))
-        self._attend(ws, stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse)
+        grid, constexprs, options = self.q_up
+        self._step(stream, "q_up", _q_up_absorb_kernel, grid,
+                   (x1, wqu.data_ptr(), kv_up.data_ptr(), q_lat, q_pe, bs, dq, dq, (nope + vd) * R, R, bs * R, R,
+                    H * rope, rope), constexprs, options)
+        self._attend(stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse)
         if splits > 1:
-            run(ws, stream, "merge", _merge_splits_kernel, (bs, H, 1),
-                (opart, lse, o, splits, bs * H * R, H * R, R, bs * H, H, H * R, R),
-                (R, triton.next_power_of_2(splits)), (4, 3), (splits,))
-        block_vm = min(128, max(16, triton.next_power_of_2(bs)))
-        run(ws, stream, "rows", _head_bmm_kernel, (vd // min(64, vd), triton.cdiv(bs, block_vm), H),
-            (o, (kv_up, nope * R), rows, bs, R, R, H * R, 1, (nope + vd) * R, 1, R, vd, H * vd, 1),
-            (block_vm, min(64, vd), min(128, R), False), (8, 2))
+            self._step(stream, "merge", _merge_splits_kernel, (bs, H, 1),
+                       (opart, lse, o, splits, bs * H * R, H * R, R, bs * H, H, H * R, R),
+                       (R, _next_pow2(splits)), (4, 3), (splits,))
+        grid, constexprs, options = self.to_rows
+        self._step(stream, "rows", _head_bmm_kernel, grid,
+                   (o, kv_up.data_ptr() + nope * R * kv_up.element_size(), rows.data_ptr(), bs, R, R, H * R, 1,
+                    (nope + vd) * R, 1, R, vd, H * vd, 1), constexprs, options)
         # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
         y = torch.mm(config.wo_weight, rows.t()).t()
         return y.view(bs, 1, dim), buf
 
     def _scratch(self, stream: int):
-        """This stream's workspace and rows, allocated once: a call's kernels write every region before they
-        read it, and calls on one stream run in order, so nothing of one call reaches the next. Calls on
-        two streams get two sets."""
-        found = self.scratch.get(stream)
-        if found is None:
-            found = self.scratch[stream] = (
-                torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device),
-                torch.empty((self.bs, self.H * self.vd), dtype=torch.bfloat16, device=self.device))
+        """This stream's workspace, rows and down-kernel counters, allocated once: a call's kernels write
+        every region before they read it, and calls on one stream run in order, so nothing of one call
+        reaches the next. Calls on two streams get two sets."""
+        found = self.scratch[stream] = (
+            torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device),
+            torch.empty((self.bs, self.H * self.vd), dtype=torch.bfloat16, device=self.device),
+            _counter(self.device, stream, self.n_tiles))
         return found
 
-    def _step(self, ws, stream, name, fn, grid, runtime, constexprs, options, varying=()):
-        """One launch: the kept C launcher on integers, or (the first time) the JIT on tensors.
-        ``varying``: the integers that change from call to call and that the JIT specialises on."""
+    def _step(self, stream, name, fn, grid, runtime, constexprs, options, varying=()):
+        """One launch: the kept C launcher on integers (``runtime``: pointers as addresses), or (the first
+        time) the JIT on the tensors they point into. ``varying``: the integers that change from call to
+        call and that the JIT specialises on."""
         key = (name, constexprs, *map(arg_class, varying))
         direct = self.launchers.get(key)
-        if direct is not None and direct(grid, stream, tuple(map(self._address, runtime)), constexprs):
+        if direct is not None and direct(grid, stream, runtime, constexprs):
             return
-        args = tuple(self._tensor(a, ws) for a in runtime)
+        args = tuple(map(self._tensor, runtime))
         kernel = fn[grid](*args, **dict(zip(fn.arg_names[len(runtime):], constexprs)),
                           num_warps=options[0], num_stages=options[1])
         if key not in self.launchers:
             self.launchers[key] = Direct.create(kernel)
 
-    @staticmethod
-    def _address(a):
-        """A runtime argument as the C launcher takes it: a tensor (or (tensor, element offset)) as an address."""
-        if isinstance(a, torch.Tensor):
-            return a.data_ptr()
-        if isinstance(a, tuple):
-            return a[0].data_ptr() + a[1] * a[0].element_size()
-        return a
+    def _tensor(self, a, shape=None):
+        """A runtime argument as the JIT takes it: an address as a view of its workspace region, or as the
+        call's tensor that starts there (or a flat view of one from there)."""
+        if not isinstance(a, int) or isinstance(a, bool):
+            return a
+        ws = self.tensors[0]
+        for name, offset in self.offsets.items():
+            if a == ws.data_ptr() + offset:
+                region_shape, dtype = self.regions[name]
+                shape = shape or region_shape
+                return ws[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+        for t in self.tensors[1:]:
+            base = t.data_ptr()
+            if a == base:
+                return t
+            if t.is_contiguous() and base < a < base + t.numel() * t.element_size():
+                return t.view(-1)[(a - base) // t.element_size():]
+        return a   # an integer argument (sizes, strides and offsets are far below any device address)
 
-    def _tensor(self, a, ws, shape=None):
-        """A runtime argument as the JIT takes it: a workspace address as a view of its region."""
-        if isinstance(a, tuple):
-            return a[0].view(-1)[a[1]:]
-        if isinstance(a, int) and not isinstance(a, bool):
-            for name, offset in self.offsets.items():
-                if a == ws.data_ptr() + offset:
-                    region_shape, dtype = self.regions[name]
-                    shape = shape or region_shape
-                    return ws[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
-        return a
-
-    def _attend(self, ws, stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse):
+    def _attend(self, stream, buf, kv_len, splits, tps, q_lat, q_pe, o, opart, lse):
         bs, H, R, rope = self.bs, self.H, self.R, self.rope
         split = splits > 1
         scale = 1.0 / math.sqrt(self.nope + rope) * 1.4426950408889634   # as mla_attention computes it
         key = ("attend", split)
         direct = self.launchers.get(key)
-        grid = (triton.cdiv(H, _gluon.BLOCK_H), bs, splits)
+        grid = (_cdiv(H, _gluon.BLOCK_H), bs, splits)
         if direct is not None:
-            kv, s_kv = buf.data_ptr(), (buf.stride(0), buf.stride(1), 1)
+            kv, s_kv = buf.data_ptr(), (*self.buf_strides, 1)
             views = ((kv, (bs, kv_len, R), s_kv), (kv + R * 2, (bs, kv_len, rope), s_kv),
                      (q_lat, (H, bs, R), (bs * R, R, 1)), (o, (H, bs, R), (R, H * R, 1)))
             descriptors = [a for i, view in enumerate(views) for a in direct.encoded(i, *view)]
@@ -786,10 +813,10 @@ class _Lean:
                        bs * H if split else 0, H if split else 0)
             if direct(grid, stream, descriptors, runtime, (0, split, 2, 4)):
                 return
-        o_t = self._tensor(o, ws)
-        kernel = _gluon.launch(self._tensor(q_lat, ws), self._tensor(q_pe, ws), buf, self.cos, self.sin, o_t,
-                               self._tensor(opart, ws, (splits, bs, H, R)) if split else o_t,
-                               self._tensor(lse, ws, (splits, bs, H)) if split else o_t,
+        o_t = self._tensor(o)
+        kernel = _gluon.launch(self._tensor(q_lat), self._tensor(q_pe), buf, self.cos, self.sin, o_t,
+                               self._tensor(opart, (splits, bs, H, R)) if split else o_t,
+                               self._tensor(lse, (splits, bs, H)) if split else o_t,
                                kv_len, splits, tps, 0, scale, jit=True)
         if key not in self.launchers:
             self.launchers[key] = DescriptorLauncher.create(kernel, 4)
@@ -813,17 +840,18 @@ def _side_stream(device: torch.device):
 @torch.no_grad()
 def custom_kernel(data):
     config, x, kv_cache = data
+    buf = kv_cache.data
+    pos = kv_cache.seq_len
+    if x.is_cuda:
+        lean = _LEAN.get(key := _layout(config, x, buf), False)
+        if lean is False:
+            lean = _LEAN[key] = _Lean.create(config, x, buf)
+        if lean is not None:
+            kv_cache.seq_len = pos + 1
+            return lean(config, x, buf, pos)
     bs, dim = x.shape[0], x.shape[-1]
     H, R = config.n_heads, config.kv_lora_rank
     nope, rope, vd = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
-    buf = kv_cache.data
-    pos = kv_cache.seq_len
-    lean = _LEAN.get(key := _layout(config, x, buf)) if x.is_cuda else None
-    if lean is None and x.is_cuda and key not in _LEAN:
-        lean = _LEAN[key] = _Lean.create(config, x, buf)
-    if lean is not None:
-        kv_cache.seq_len = pos + 1
-        return lean(config, x, buf, pos)
     x2 = x.view(bs, dim)
     x1 = down_project(x2, config.Q_proj_down_weight, config.KV_proj_down_weight, buf, pos)
     side = _side_stream(x.device) if x1 is None else None
