@@ -6,9 +6,9 @@ Runs kbench as a user would (the `kbench` CLI in subprocesses, wall time of each
 command) and checks, per task: the bundled solution passes `quick` and `full` three times
 in a row with no flag; two `full` runs agree (`kbench compare a.json b.json`); `kbench
 compare X X` on `quick` finds no difference; kbench's medians agree with the same protocol
-in one plain process (bench/crosscheck.py); each command's wall time. Then the honest
-corpus, the hostile corpus and the GPU tests, and how fast a kernel that raises on every
-case is rejected. Writes every log and JSON under --out and prints a pass/fail table.
+in plain processes, one a target (bench/crosscheck.py --only); each command's wall time. Then
+the honest corpus, the hostile corpus and the GPU tests, and how fast a kernel that raises on
+every case is rejected. Writes every log and JSON under --out and prints a pass/fail table.
 """
 from __future__ import annotations
 
@@ -135,18 +135,27 @@ def self_compare(task: str, out: Path, table: Table) -> None:
 
 
 def crosscheck(task: str, out: Path, table: Table) -> Path | None:
-    """The plain-process figures (run first: it also builds flashinfer's JIT modules, so the
-    kbench runs after it time a warm machine)."""
+    """The plain-process figures, one process per target as kbench runs each in its own workers (run
+    first: it also builds flashinfer's JIT modules, so the kbench runs after it time a warm machine).
+    With both targets in one process the submission read up to 5.6% above kbench, alone within 1.8%
+    (H100, qknorm quick; docs/measurement.md, "Checking the method")."""
     # The reference is timed to a tighter noise target than kbench's default (0.3%, not 1%):
     # with both figures at 1% their difference alone is ~1.4%, and the check is 2%.
-    code, _, tail = run([sys.executable, "bench/crosscheck.py", task, "--suite", "quick", "--out", str(out),
-                         "--noise", str(REFERENCE_NOISE), "--budget", str(REFERENCE_BUDGET_S)],
-                        out, f"{task}-crosscheck", 300)
-    path = out / f"crosscheck-{task}-quick.json"
-    if code != 0 or not path.exists():
-        table.add(f"{task} plain-process protocol (bench/crosscheck.py)", False, tail)
-        return None
-    return path
+    rows: dict[str, dict] = {}
+    for label in ("baseline", "submission"):
+        where = out / f"{task}-plain-{label}"
+        code, _, tail = run([sys.executable, "bench/crosscheck.py", task, "--suite", "quick", "--only", label,
+                             "--out", str(where), "--noise", str(REFERENCE_NOISE), "--budget", str(REFERENCE_BUDGET_S)],
+                            out, f"{task}-crosscheck-{label}", 300)
+        path = where / f"crosscheck-{task}-quick.json"
+        if code != 0 or not path.exists():
+            table.add(f"{task} plain-process protocol (bench/crosscheck.py --only {label})", False, tail)
+            return None
+        for row in json.loads(path.read_text()):
+            rows.setdefault(row["case"], {}).update(row)
+    merged = out / f"crosscheck-{task}-quick.json"
+    merged.write_text(json.dumps(list(rows.values()), indent=1))
+    return merged
 
 
 def agreement(task: str, plain: Path | None, kbench_json: Path, table: Table) -> None:

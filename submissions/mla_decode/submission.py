@@ -709,7 +709,8 @@ class _Lean:
         self.q_up = ((H, 1, 1), (dq, nope, rope, R, max(64, _next_pow2(bs)), 64, min(128, R), False),
                      (CONFIG["fused_q_warps"], CONFIG["fused_q_stages"]))
         block_vm = min(128, max(16, _next_pow2(bs)))
-        self.to_rows = ((vd // min(64, vd), _cdiv(bs, block_vm), H), (block_vm, min(64, vd), min(128, R), False), (8, 2))
+        self.to_rows = ((vd // min(64, vd), _cdiv(bs, block_vm), H), (block_vm, min(64, vd), min(128, R), False),
+                        (8, 2))
         self.launchers = {}   # (step, constexprs) -> Direct or DescriptorLauncher (None: always the JIT)
         self.scratch = {}     # stream -> (workspace, wo's rows, counters): kept, every byte written before read
         self.tensors = ()     # the call's workspace, then its other tensors: for the JIT's first launch (_tensor)
