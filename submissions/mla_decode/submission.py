@@ -61,9 +61,9 @@ try:  # a sibling, as the Gluon kernel; this file imported on its own launches t
 except ImportError:
     Kernels = None
 
-# Host-side arithmetic in plain Python: Triton's own cdiv and next_power_of_2 are constexpr functions
-# whose every host call goes through their in-kernel wrapper (3.3-3.8 us each, Triton 3.9 on a CPU host),
-# and the lean path makes a dozen such calls per call.
+# Host-side arithmetic in plain Python: Triton's own cdiv and next_power_of_2 are constexpr functions,
+# each host call going through their in-kernel wrapper (2.65 and 2.45 us on the H100 host, Triton 3.6;
+# 0.05 us here), and the lean path made a dozen such calls per call.
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
