@@ -52,6 +52,8 @@ orig_step = real._Lean._step
 
 def step(self, stream, name, *a, **k):
     t = ns()
+    if name == "down":
+        add("until_down", t - CUR.get("_t0", t))
     try:
         return orig_step(self, stream, name, *a, **k)
     finally:
@@ -63,6 +65,7 @@ wrap(real._Lean, "_attend", "attend_total")
 wrap(mla_launch.DescriptorLauncher, "encoded", "attend_encode")
 wrap(real, "context_splits", "context_splits")
 wrap(real, "raw_stream", "raw_stream")
+wrap(real, "_layout", "layout")
 
 
 class _T:
@@ -83,6 +86,7 @@ calls = [0]
 def custom_kernel(data):
     CUR.clear()
     t = ns()
+    CUR["_t0"] = t
     out = real.custom_kernel(data)
     total = ns() - t
     config, x, kv = data
@@ -90,6 +94,7 @@ def custom_kernel(data):
     if MODE == "sync":   # how long the device still runs after the host returns
         t2 = ns(); torch.cuda.synchronize(); add("sync_after", ns() - t2)
     CUR["total"] = total
+    CUR.pop("_t0", None)
     for k_, v in CUR.items():
         REC[case][k_].append(v)
     calls[0] += 1
