@@ -438,17 +438,30 @@ def context_splits(bs: int, n_heads: int, kv_len: int, device, one_per_sm: bool 
     at most 16 splits. `one_per_sm`: the Gluon kernel, whose shared memory holds one program
     an SM, so the programs are kept to one wave (a second, part-filled one would cost a whole
     program's time) and up to 64 splits."""
+    return _splits(_split_plan(bs, n_heads, device, one_per_sm), kv_len)
+
+
+def _split_plan(bs: int, n_heads: int, device, one_per_sm: bool) -> tuple[int, int]:
+    """(tile rows, most splits; 1 where the batch fills the SMs alone): what context_splits takes from
+    everything but the context length. The lean path keeps it per layout: asked on each call, the
+    device and head arithmetic cost 16 us of a kbench worker's host (H200; 5 us in a plain loop)."""
     groups = _cdiv(n_heads, _block_h(n_heads))
-    tiles = _cdiv(kv_len, CONFIG["block_n"])
     n_sms = _n_sms(device)
     if 8 * bs * groups >= 7 * n_sms:  # e.g. 128 programs on 132 SMs: a split would add a wave and the merge
-        return 1, tiles
+        return CONFIG["block_n"], 1
     if one_per_sm:
-        splits = max(1, min(n_sms // (bs * groups), _cdiv(tiles, 4), 64))
-    else:
-        splits = max(1, min(_cdiv(n_sms, bs * groups), _cdiv(tiles, 4), 16))
-    tiles_per_split = _cdiv(tiles, splits)
-    return _cdiv(tiles, tiles_per_split), tiles_per_split
+        return CONFIG["block_n"], max(1, min(n_sms // (bs * groups), 64))
+    return CONFIG["block_n"], max(1, min(_cdiv(n_sms, bs * groups), 16))
+
+
+def _splits(plan: tuple[int, int], kv_len: int) -> tuple[int, int]:
+    block_n, most = plan
+    tiles = -(-kv_len // block_n)
+    if most == 1:
+        return 1, tiles
+    splits = max(1, min(most, -(-tiles // 4)))
+    tiles_per_split = -(-tiles // splits)
+    return -(-tiles // tiles_per_split), tiles_per_split
 
 
 def _theta(half: int, device) -> torch.Tensor:
@@ -691,7 +704,8 @@ class _Lean:
         bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
         block_m, block_n, block_k, d_splits, k_split, d_warps = _down_shape(bs, dim, dq)
         self.n_tiles = dq // block_n + _cdiv(R + rope, block_n)
-        max_splits = context_splits(bs, H, buf.shape[1], self.device, one_per_sm=True)[0]
+        self.split_plan = _split_plan(bs, H, self.device, True)
+        max_splits = _splits(self.split_plan, buf.shape[1])[0]
         self.cos, self.sin = _trig_table(rope // 2, buf.shape[1], self.device, torch.bfloat16)
         self.regions = {"x1": ((bs, dq), torch.bfloat16), "q_lat": ((H, bs, R), torch.bfloat16),
                         "q_pe": ((bs, H, rope), torch.bfloat16), "o": ((bs, H, R), torch.bfloat16),
@@ -735,7 +749,7 @@ class _Lean:
         q_lat, q_pe, o = at + offsets["q_lat"], at + offsets["q_pe"], at + offsets["o"]
         opart, lse = at + offsets["opart"], at + offsets["lse"]
         kv_len = pos + 1
-        splits, tps = context_splits(bs, H, kv_len, self.device, one_per_sm=True)
+        splits, tps = _splits(self.split_plan, kv_len)
         grid, constexprs, options = self.q_up
         self._step(stream, "q_up", _q_up_absorb_kernel, grid,
                    (x1, wqu.data_ptr(), kv_up.data_ptr(), q_lat, q_pe, bs, dq, dq, (nope + vd) * R, R, bs * R, R,
