@@ -456,12 +456,12 @@ def _split_plan(bs: int, n_heads: int, device, one_per_sm: bool) -> tuple[int, i
 
 def _splits(plan: tuple[int, int], kv_len: int) -> tuple[int, int]:
     block_n, most = plan
-    tiles = -(-kv_len // block_n)
+    tiles = _cdiv(kv_len, block_n)
     if most == 1:
         return 1, tiles
-    splits = max(1, min(most, -(-tiles // 4)))
-    tiles_per_split = -(-tiles // splits)
-    return -(-tiles // tiles_per_split), tiles_per_split
+    splits = max(1, min(most, _cdiv(tiles, 4)))
+    tiles_per_split = _cdiv(tiles, splits)
+    return _cdiv(tiles, tiles_per_split), tiles_per_split
 
 
 def _theta(half: int, device) -> torch.Tensor:
