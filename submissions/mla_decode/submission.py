@@ -668,8 +668,8 @@ class _Lean:
     for wo alone. The down kernel is launched first, its arguments and constants prepared per layout,
     so the host work of every later step runs while it does. The first call of a layout launches
     through the JIT (which compiles) on views of the same workspace and keeps the launchers. Kept
-    besides: the layout's offsets and the RoPE table; no call reads what an earlier one left in the
-    workspace."""
+    besides: the layout's offsets, its split plan and the RoPE table; no call reads what an earlier one
+    left in the workspace."""
 
     @staticmethod
     def create(config, x, buf):
