@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Probe call: the runs docs/results.md is written from (bench/results.py), then the originals' harnesses.
+set -o pipefail
+source bench/gpu_env.sh || exit 1
+start=$(date +%s); LIMIT=${LIMIT_S:-585}
+left() { echo $(( LIMIT - ($(date +%s) - start) )); }
+mkdir -p $OUT/runs
+ev() { local name=$1 lim=$2; shift 2; echo "== $name, $(left) s left"
+  timeout $lim python3 -m kbench eval "$@" -q --wide --json $OUT/runs/$name.json > $OUT/runs/$name.txt 2>&1; echo "rc $?"; tail -16 $OUT/runs/$name.txt; }
+ev mla_decode-full 140 submissions/mla_decode --suite full --baseline flashinfer
+ev mla_decode-decode 80 submissions/mla_decode --suite decode --baseline flashinfer
+ev qknorm-full 100 submissions/qknorm --suite full --baseline flashinfer
+ev block_sparse_attn-full 110 submissions/block_sparse_attn --suite full --baseline flex_attention
+echo "== originals, $(left) s left"
+timeout $(( $(left) - 5 )) python3 bench/originals.py probe/orig --out $OUT/orig 2>&1 | tail -40
