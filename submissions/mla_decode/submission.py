@@ -455,6 +455,7 @@ def _split_plan(bs: int, n_heads: int, device, one_per_sm: bool) -> tuple[int, i
 
 
 def _splits(plan: tuple[int, int], kv_len: int) -> tuple[int, int]:
+    """(splits, tiles per split) of a kv_len-row context under a layout's _split_plan."""
     block_n, most = plan
     tiles = _cdiv(kv_len, block_n)
     if most == 1:
