@@ -455,7 +455,6 @@ def _split_plan(bs: int, n_heads: int, device, one_per_sm: bool) -> tuple[int, i
 
 
 def _splits(plan: tuple[int, int], kv_len: int) -> tuple[int, int]:
-    """(splits, tiles per split) of a kv_len-row context under a layout's _split_plan."""
     block_n, most = plan
     tiles = _cdiv(kv_len, block_n)
     if most == 1:
@@ -591,6 +590,8 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 # 21.3 us at bs 1 against 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
 DOWN_WIDE = {"splits": 4, "num_warps": 8}   # block_m 128
+# wo through the down kernel (one direct launch instead of cuBLAS's host path) up to this batch
+WO_DIRECT = {"max_bs": 16, "splits": 8, "num_warps": 4, "num_stages": 4}
 _COUNTERS: dict = {}
 
 
@@ -717,6 +718,19 @@ class _Lean:
             self.offsets[name] = end
             end += _cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
         self.ws_bytes = end
+        # wo (dim, H * vd) as the down kernel's only weight: y = rows . wo^T in split-K, a fresh y a call.
+        self.wo = None
+        if bs <= WO_DIRECT["max_bs"] and dim % 64 == 0 and (H * vd) % (64 * WO_DIRECT["splits"]) == 0:
+            wo_m, wo_tiles, wo_splits = max(16, _next_pow2(bs)), dim // 64, WO_DIRECT["splits"]
+            self.offsets["wo_part"] = end
+            self.regions["wo_part"] = ((wo_splits * wo_m * dim,), torch.float32)
+            self.ws_bytes = end + _cdiv(wo_splits * wo_m * dim * 4, 256) * 256
+            self.wo = ((wo_tiles, wo_splits, 1),
+                       (H * vd, dim, 0, dim, wo_splits, H * vd // wo_splits, wo_m, 64, 64, False),
+                       (WO_DIRECT["num_warps"], WO_DIRECT["num_stages"]))
+            self.n_tiles_all = max(self.n_tiles, wo_tiles)
+        else:
+            self.n_tiles_all = self.n_tiles
         # Each step's grid, constants and launch options: functions of the layout alone.
         self.down = ((self.n_tiles, d_splits, 1),
                      (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
@@ -764,6 +778,16 @@ class _Lean:
         self._step(stream, "rows", _head_bmm_kernel, grid,
                    (o, kv_up.data_ptr() + nope * R * kv_up.element_size(), rows.data_ptr(), bs, R, R, H * R, 1,
                     (nope + vd) * R, 1, R, vd, H * vd, 1), constexprs, options)
+        if self.wo is not None:
+            y = torch.empty((bs, 1, dim), dtype=torch.bfloat16, device=self.device)
+            wo = config.wo_weight
+            self.tensors = (*self.tensors, wo, y)
+            grid, constexprs, options = self.wo
+            self._step(stream, "wo", _down_kernel, grid,
+                       (rows.data_ptr(), wo.data_ptr(), wo.data_ptr(), at + offsets["wo_part"], counter.data_ptr(),
+                        y.data_ptr(), y.data_ptr(), bs, 0, H * vd, H * vd, H * vd, dim, dim), constexprs, options)
+            self.tensors = ()
+            return y, buf
         self.tensors = ()   # no reference to this call's inputs outlives it
         # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
         y = torch.mm(config.wo_weight, rows.t()).t()
@@ -776,7 +800,7 @@ class _Lean:
         found = self.scratch[stream] = (
             torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.device),
             torch.empty((self.bs, self.H * self.vd), dtype=torch.bfloat16, device=self.device),
-            _counter(self.device, stream, self.n_tiles))
+            _counter(self.device, stream, self.n_tiles_all))
         return found
 
     def _step(self, stream, name, fn, grid, runtime, constexprs, options, varying=()):
