@@ -36,13 +36,13 @@ KV append); the card's SM count and compute capability; the lean path's workspac
 holds a call's intermediates until the next call writes each region before reading it; and, for the
 launch path (mla_launch.py), the compiled kernels by specialisation and the TMA descriptors encoded
 by (address, shape, strides), which describe memory, not what is in it. y is returned as the
-transposed view of y^T = wo . rows^T (cuBLAS streams wo faster in that orientation).
+transposed view of y^T = wo . rows^T where cuBLAS computes it (it streams wo faster in that orientation).
 
 The host path decides the original's own protocol (host clock around a synchronized call): on the
 H100 host each torch operation or launch costs 5-100 us, and launched op by op the call took
 0.62-0.87 ms to return where its kernels run for 0.19-0.65 ms. On a Hopper GPU at the task's widths
 the call goes through `_Lean`: a kept workspace, five launches through C launchers fed integers,
-cuBLAS for wo alone (README.md has the figures).
+then wo by the down kernel (a sixth) up to bs 16, by cuBLAS above (README.md has the figures).
 """
 import math
 import os
@@ -455,6 +455,7 @@ def _split_plan(bs: int, n_heads: int, device, one_per_sm: bool) -> tuple[int, i
 
 
 def _splits(plan: tuple[int, int], kv_len: int) -> tuple[int, int]:
+    """(splits, tiles per split) of a kv_len-row context under a layout's _split_plan."""
     block_n, most = plan
     tiles = _cdiv(kv_len, block_n)
     if most == 1:
@@ -590,7 +591,9 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 # 21.3 us at bs 1 against 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
 DOWN_WIDE = {"splits": 4, "num_warps": 8}   # block_m 128
-# wo through the down kernel (one direct launch instead of cuBLAS's host path) up to this batch
+# wo through the down kernel, one direct launch instead of cuBLAS's host path, up to this batch: on `decode`
+# kbench's host column 117-144 us against 154-180, device time 0.983x UNSURE (H100). At bs 128 a Triton split-K
+# wo took 116.6 us against cuBLAS's 96.4 (adccc9d).
 WO_DIRECT = {"max_bs": 16, "splits": 8, "num_warps": 4, "num_stages": 4}
 _COUNTERS: dict = {}
 
@@ -666,12 +669,12 @@ class _Lean:
     launch costs its host 5-100 us (the upper end right after other work, whose caches it finds cold):
     launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace for every intermediate
     and one buffer for the rows wo reads, allocated on a stream's first call and kept; five launches,
-    each a compiled kernel's C launcher fed integers (mla_launch.Direct, DescriptorLauncher); cuBLAS
-    for wo alone. The down kernel is launched first, its arguments and constants prepared per layout,
-    so the host work of every later step runs while it does. The first call of a layout launches
-    through the JIT (which compiles) on views of the same workspace and keeps the launchers. Kept
-    besides: the layout's offsets, its split plan and the RoPE table; no call reads what an earlier one
-    left in the workspace."""
+    each a compiled kernel's C launcher fed integers (mla_launch.Direct, DescriptorLauncher), then wo:
+    up to WO_DIRECT's batch a sixth (the down kernel on wo alone), above it cuBLAS. The down kernel is
+    launched first, its arguments and constants prepared per layout, so the host work of every later
+    step runs while it does. The first call of a layout launches through the JIT (which compiles) on
+    views of the same workspace and keeps the launchers. Kept besides: the layout's offsets, its split
+    plan and the RoPE table; no call reads what an earlier one left in the workspace."""
 
     @staticmethod
     def create(config, x, buf):
