@@ -716,24 +716,20 @@ class _Lean:
                         "q_pe": ((bs, H, rope), torch.bfloat16), "o": ((bs, H, R), torch.bfloat16),
                         "opart": ((max_splits, bs, H, R), torch.float32), "lse": ((max_splits, bs, H), torch.float32),
                         "part": ((d_splits * block_m * self.n_tiles * block_n,), torch.float32)}
+        # wo (dim, H * vd) as the down kernel's only weight: y = rows . wo^T in split-K, a fresh y a call.
+        self.wo, self.n_tiles_all = None, self.n_tiles
+        if bs <= WO_DIRECT["max_bs"] and dim % 64 == 0 and (H * vd) % (64 * WO_DIRECT["splits"]) == 0:
+            wo_m, wo_tiles, wo_splits = max(16, _next_pow2(bs)), dim // 64, WO_DIRECT["splits"]
+            self.regions["wo_part"] = ((wo_splits * wo_m * dim,), torch.float32)
+            self.wo = ((wo_tiles, wo_splits, 1),
+                       (H * vd, dim, 0, dim, wo_splits, H * vd // wo_splits, wo_m, 64, 64, False),
+                       (WO_DIRECT["num_warps"], WO_DIRECT["num_stages"]))
+            self.n_tiles_all = max(self.n_tiles, wo_tiles)
         self.offsets, end = {}, 0
         for name, (shape, dtype) in self.regions.items():
             self.offsets[name] = end
             end += _cdiv(math.prod(shape) * dtype.itemsize, 256) * 256
         self.ws_bytes = end
-        # wo (dim, H * vd) as the down kernel's only weight: y = rows . wo^T in split-K, a fresh y a call.
-        self.wo = None
-        if bs <= WO_DIRECT["max_bs"] and dim % 64 == 0 and (H * vd) % (64 * WO_DIRECT["splits"]) == 0:
-            wo_m, wo_tiles, wo_splits = max(16, _next_pow2(bs)), dim // 64, WO_DIRECT["splits"]
-            self.offsets["wo_part"] = end
-            self.regions["wo_part"] = ((wo_splits * wo_m * dim,), torch.float32)
-            self.ws_bytes = end + _cdiv(wo_splits * wo_m * dim * 4, 256) * 256
-            self.wo = ((wo_tiles, wo_splits, 1),
-                       (H * vd, dim, 0, dim, wo_splits, H * vd // wo_splits, wo_m, 64, 64, False),
-                       (WO_DIRECT["num_warps"], WO_DIRECT["num_stages"]))
-            self.n_tiles_all = max(self.n_tiles, wo_tiles)
-        else:
-            self.n_tiles_all = self.n_tiles
         # Each step's grid, constants and launch options: functions of the layout alone.
         self.down = ((self.n_tiles, d_splits, 1),
                      (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
@@ -782,18 +778,17 @@ class _Lean:
                    (o, kv_up.data_ptr() + nope * R * kv_up.element_size(), rows.data_ptr(), bs, R, R, H * R, 1,
                     (nope + vd) * R, 1, R, vd, H * vd, 1), constexprs, options)
         if self.wo is not None:
-            y = torch.empty((bs, 1, dim), dtype=torch.bfloat16, device=self.device)
+            y = torch.empty((bs, dim), dtype=torch.bfloat16, device=self.device)
             wo = config.wo_weight
             self.tensors = (*self.tensors, wo, y)
             grid, constexprs, options = self.wo
             self._step(stream, "wo", _down_kernel, grid,
                        (rows.data_ptr(), wo.data_ptr(), wo.data_ptr(), at + offsets["wo_part"], counter.data_ptr(),
                         y.data_ptr(), y.data_ptr(), bs, 0, H * vd, H * vd, H * vd, dim, dim), constexprs, options)
-            self.tensors = ()
-            return y, buf
+        else:
+            # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
+            y = torch.mm(config.wo_weight, rows.t()).t()
         self.tensors = ()   # no reference to this call's inputs outlives it
-        # y^T = wo . rows^T: cuBLAS streams wo faster in this orientation (96 vs 103 us at bs 128).
-        y = torch.mm(config.wo_weight, rows.t()).t()
         return y.view(bs, 1, dim), buf
 
     def _scratch(self, stream: int):
