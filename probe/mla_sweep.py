@@ -22,6 +22,7 @@ def main():
     ap.add_argument("case")
     ap.add_argument("--suite", default="full")
     ap.add_argument("--what", default="qup,down,wo,rows")
+    ap.add_argument("--default-only", action="store_true", help="each step's default shape only (for ncu)")
     args = ap.parse_args()
     import torch
     from kbench.run.card import flush_bytes
@@ -79,7 +80,7 @@ def main():
             return fn
         inp = {"x1": x1, "up": wqu, "w": w}
         ref = run("qup default (64, 8w, 3s, r128)", qup(64, 8, 3), inp)
-        for bk, wa, st, br in [(64, 8, 4, 128), (64, 8, 2, 128), (32, 8, 4, 128), (32, 8, 6, 128), (128, 8, 2, 128),
+        for bk, wa, st, br in [] if args.default_only else [(64, 8, 4, 128), (64, 8, 2, 128), (32, 8, 4, 128), (32, 8, 6, 128), (128, 8, 2, 128),
                                (64, 4, 3, 128), (64, 4, 4, 128), (64, 8, 3, 64), (64, 8, 4, 64), (32, 4, 5, 64)]:
             run(f"qup bk {bk} warps {wa} stages {st} br {br}", qup(bk, wa, st, br), inp, ref)
 
@@ -112,7 +113,7 @@ def main():
                 (64, 64, 6, 8, 4), (64, 64, 8, 8, 4)] if bs > 64 else [
                 (64, 64, 8, 4, 3), (64, 64, 8, 4, 6), (64, 128, 8, 4, 3), (64, 64, 16, 4, 4), (32, 64, 4, 4, 4),
                 (32, 128, 4, 4, 4), (64, 64, 4, 4, 4)]
-        for g in grid:
+        for g in [] if args.default_only else grid:
             if g != dflt:
                 run(f"down {g}", down(*g), inp, ref)
 
