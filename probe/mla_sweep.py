@@ -22,6 +22,8 @@ def main():
     ap.add_argument("case")
     ap.add_argument("--suite", default="full")
     ap.add_argument("--what", default="qup,down,wo,rows")
+    ap.add_argument("--old", default=None, help="an older submission.py whose _down_kernel is timed beside")
+    ap.add_argument("--grid", default=None, help="down shapes 'bn,bk,splits,warps,stages;...' (default: built in)")
     ap.add_argument("--default-only", action="store_true", help="each step's default shape only (for ncu)")
     args = ap.parse_args()
     import torch
@@ -85,7 +87,7 @@ def main():
             run(f"qup bk {bk} warps {wa} stages {st} br {br}", qup(bk, wa, st, br), inp, ref)
 
     if "down" in what:
-        def down(block_n, block_k, splits, warps, stages):
+        def down(block_n, block_k, splits, warps, stages, mod=K):
             block_m = max(16, K._next_pow2(bs))
             steps = dim // block_k
             per = K._cdiv(steps, min(splits, steps))
@@ -96,7 +98,7 @@ def main():
 
             def fn(a):
                 out = torch.empty(bs, dq, dtype=torch.bfloat16, device="cuda")
-                K._down_kernel[(n_tiles, sp)](
+                mod._down_kernel[(n_tiles, sp)](
                     a["x"], wqd, wkvd, part, count, out, a["buf"], bs, 0, a["x"].stride(0), wqd.stride(0),
                     wkvd.stride(0), out.stride(0), a["buf"].stride(0),
                     K=dim, NQ=dq, NKV=R + rope, NP=n_tiles * block_n, SPLITS=sp, K_SPLIT=per * block_k,
@@ -113,6 +115,14 @@ def main():
                 (64, 64, 6, 8, 4), (64, 64, 8, 8, 4)] if bs > 64 else [
                 (64, 64, 8, 4, 3), (64, 64, 8, 4, 6), (64, 128, 8, 4, 3), (64, 64, 16, 4, 4), (32, 64, 4, 4, 4),
                 (32, 128, 4, 4, 4), (64, 64, 4, 4, 4)]
+        if args.grid:
+            grid = [tuple(int(v) for v in g.split(",")) for g in args.grid.split(";")]
+        if args.old:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("old_submission", args.old)
+            old = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(old)
+            run(f"OLD down {dflt}", down(*dflt, mod=old), inp, ref)
         for g in [] if args.default_only else grid:
             if g != dflt:
                 run(f"down {g}", down(*g), inp, ref)
@@ -125,8 +135,17 @@ def main():
         run("wo F.linear", lambda a: (torch.nn.functional.linear(a["v"], a["wo"]),), inp, ref)
         run("wo mm(wo, v^T) into out", lambda a: (torch.mm(a["wo"], a["v"].t(),
                                                            out=torch.empty(dim, bs, dtype=v.dtype, device="cuda")).t(),), inp, ref)
-        for block_n, block_k, splits, warps, stages in [(64, 64, 8, 8, 4), (64, 64, 16, 8, 4), (128, 64, 16, 8, 3),
-                                                         (64, 128, 8, 8, 3)]:
+        wo_grid = [(64, 64, 8, 8, 4), (64, 64, 16, 8, 4), (128, 64, 16, 8, 3), (64, 128, 8, 8, 3)]
+        mods = [K] * len(wo_grid)
+        if bs <= 16:
+            wo_grid = [(64, 64, 8, 4, 4), (64, 64, 8, 4, 4), (64, 64, 8, 4, 6), (64, 64, 8, 4, 8), (64, 128, 8, 4, 4)]
+            mods = [None, K, K, K, K]
+        if mods[0] is None:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("old_submission_wo", args.old)
+            mods[0] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mods[0])
+        for (block_n, block_k, splits, warps, stages), mod in zip(wo_grid, mods):
             block_m = max(16, K._next_pow2(bs))
             kk = H * vd
             per = K._cdiv(kk // block_k, splits)
@@ -135,14 +154,15 @@ def main():
             count = torch.zeros(max(64, tiles), dtype=torch.int32, device="cuda")
 
             def fn(a, block_n=block_n, block_k=block_k, splits=splits, warps=warps, stages=stages, per=per,
-                   tiles=tiles, part=part, count=count, block_m=block_m, kk=kk):
+                   tiles=tiles, part=part, count=count, block_m=block_m, kk=kk, mod=mod):
                 y = torch.empty(bs, dim, dtype=torch.bfloat16, device="cuda")
-                K._down_kernel[(tiles, splits)](
+                mod._down_kernel[(tiles, splits)](
                     a["v"], a["wo"], a["wo"], part, count, y, y, bs, 0, kk, kk, kk, dim, dim,
                     K=kk, NQ=dim, NKV=0, NP=dim, SPLITS=splits, K_SPLIT=per * block_k, BLOCK_M=block_m,
                     BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=False, num_warps=warps, num_stages=stages)
                 return (y,)
-            run(f"wo down-kernel {(block_n, block_k, splits, warps, stages)}", fn, inp, ref)
+            tag = "OLD " if mod is not K else ""
+            run(f"{tag}wo down-kernel {(block_n, block_k, splits, warps, stages)}", fn, inp, ref)
 
     if "rows" in what:
         o = x.new_empty(bs, H, R).normal_()

@@ -383,14 +383,12 @@ def _down_kernel(x_ptr, wq_ptr, wkv_ptr, part_ptr, count_ptr, x1_ptr, buf_ptr, M
     offs_n = tl.arange(0, BLOCK_N)
     mmask = offs_m < M
     EVEN_K: tl.constexpr = K % K_SPLIT == 0
-    if n0 < NQ:
-        acc = _down_tile(x_ptr, wq_ptr + n0 * s_wq, s_x, s_wq, M, NQ - n0, split * K_SPLIT, K, K_SPLIT, EVEN_K,
-                         BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32)
-        nmask = n0 + offs_n < NQ
-    else:
-        acc = _down_tile(x_ptr, wkv_ptr + (n0 - NQ) * s_wkv, s_x, s_wkv, M, NKV - (n0 - NQ), split * K_SPLIT, K,
-                         K_SPLIT, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32)
-        nmask = n0 - NQ + offs_n < NKV
+    q_tile = n0 < NQ
+    w_ptr = tl.where(q_tile, wq_ptr + n0 * s_wq, wkv_ptr + (n0 - NQ) * s_wkv)
+    n_rows = tl.where(q_tile, NQ - n0, NKV - (n0 - NQ))
+    acc = _down_tile(x_ptr, w_ptr, s_x, tl.where(q_tile, s_wq, s_wkv), M, n_rows, split * K_SPLIT, K, K_SPLIT,
+                     EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_F32)
+    nmask = offs_n < n_rows
     cell = offs_m[:, None] * NP + n0 + offs_n[None, :]
     tl.store(part_ptr + split * BLOCK_M * NP + cell, acc)
     tl.debug_barrier()   # every thread's partial stored before the counter's release
