@@ -588,7 +588,7 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 # On the H100, L2 flushed: 28.9 us at bs 128 against 33.2 for cuBLAS's two GEMMs and 36.6 in 8 splits;
 # 21.3 us at bs 1 against 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
-DOWN_WIDE = {"splits": 4, "num_warps": 8}   # block_m 128
+DOWN_WIDE = {"splits": 4, "num_warps": 8, "num_stages": 6}   # block_m 128
 # wo through the down kernel, one direct launch instead of cuBLAS's host path, up to this batch: on `decode`
 # kbench's host column 117-144 us against 154-180, device time 0.983x UNSURE (H100). At bs 128 a Triton split-K
 # wo took 116.6 us against cuBLAS's 96.4 (adccc9d).
@@ -597,8 +597,8 @@ _COUNTERS: dict = {}
 
 
 def _down_shape(bs: int, dim: int, dq: int):
-    """(block_m, block_n, block_k, splits, k_split, num_warps) of the down kernel, or None where it does
-    not fit."""
+    """(block_m, block_n, block_k, splits, k_split, num_warps, num_stages) of the down kernel, or None where
+    it does not fit."""
     block_n = DOWN["block_n"] if dq % DOWN["block_n"] == 0 else 16
     block_k = DOWN["block_k"] if dim % DOWN["block_k"] == 0 else 16
     if bs > 128 or dq % block_n or dim % block_k:
@@ -607,7 +607,8 @@ def _down_shape(bs: int, dim: int, dq: int):
     shape = {**DOWN, **DOWN_WIDE} if block_m == 128 else DOWN
     steps = dim // block_k
     per_split = _cdiv(steps, min(shape["splits"], steps))
-    return block_m, block_n, block_k, _cdiv(steps, per_split), per_split * block_k, shape["num_warps"]
+    return (block_m, block_n, block_k, _cdiv(steps, per_split), per_split * block_k, shape["num_warps"],
+            shape["num_stages"])
 
 
 def _counter(device, stream: int, n: int) -> torch.Tensor:
@@ -629,7 +630,7 @@ def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: tor
     if (shape is None or wq.shape[1] != dim or wkv.shape[1] != dim or nkv != buf.shape[-1]
             or buf.dtype != torch.bfloat16 or any(t.stride(-1) != 1 for t in (x2, wq, wkv, buf))):
         return None
-    block_m, block_n, block_k, splits, k_split, warps = shape
+    block_m, block_n, block_k, splits, k_split, warps, stages = shape
     n_tiles = dq // block_n + _cdiv(nkv, block_n)
     x1 = torch.empty(bs, dq, dtype=torch.bfloat16, device=x2.device)
     part = torch.empty(splits * block_m * n_tiles * block_n, dtype=torch.float32, device=x2.device)
@@ -639,7 +640,7 @@ def down_project(x2: torch.Tensor, wq: torch.Tensor, wkv: torch.Tensor, buf: tor
         x2.stride(0), wq.stride(0), wkv.stride(0), x1.stride(0), buf.stride(0)),
         dict(K=dim, NQ=dq, NKV=nkv, NP=n_tiles * block_n, SPLITS=splits, K_SPLIT=k_split, BLOCK_M=block_m,
              BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=_INTERPRET),
-        num_warps=warps, num_stages=DOWN["num_stages"])
+        num_warps=warps, num_stages=stages)
     return x1
 
 
@@ -705,7 +706,7 @@ class _Lean:
         self.dq = config.Q_proj_down_weight.shape[0]
         self.buf_strides = buf.stride()[:2]
         bs, H, R, rope, dq, dim, nope, vd = self.bs, self.H, self.R, self.rope, self.dq, self.dim, self.nope, self.vd
-        block_m, block_n, block_k, d_splits, k_split, d_warps = _down_shape(bs, dim, dq)
+        block_m, block_n, block_k, d_splits, k_split, d_warps, d_stages = _down_shape(bs, dim, dq)
         self.n_tiles = dq // block_n + _cdiv(R + rope, block_n)
         self.split_plan = _split_plan(bs, H, self.device, True)
         max_splits = _splits(self.split_plan, buf.shape[1])[0]
@@ -731,7 +732,7 @@ class _Lean:
         # Each step's grid, constants and launch options: functions of the layout alone.
         self.down = ((self.n_tiles, d_splits, 1),
                      (dim, dq, R + rope, self.n_tiles * block_n, d_splits, k_split, block_m, block_n, block_k, False),
-                     (d_warps, DOWN["num_stages"]))
+                     (d_warps, d_stages))
         self.q_up = ((H, 1, 1), (dq, nope, rope, R, max(64, _next_pow2(bs)), 64, min(128, R), False),
                      (CONFIG["fused_q_warps"], CONFIG["fused_q_stages"]))
         block_vm = min(128, max(16, _next_pow2(bs)))
