@@ -374,8 +374,10 @@ def _down_kernel(x_ptr, wq_ptr, wkv_ptr, part_ptr, count_ptr, x1_ptr, buf_ptr, M
     split) writes its fp32 partial sum; the last of a tile's SPLITS programs to finish (a counter per
     tile, set back to 0 by it) adds them in split order and writes x1 = x . W_qd^T or the cache row
     x . W_kvd^T at ``row_off`` (pos x the cache's row stride) of each sequence, rounded to bf16 once,
-    as cuBLAS's output is. Each weight's tile is computed in its own branch (_down_tile): a pointer
-    chosen by a branch loses what the compiler knows of its alignment, and its loads their width."""
+    as cuBLAS's output is. The tile's weight is picked by a select before the one K loop: the select
+    keeps what the compiler knows of both pointers' alignment (16-byte loads), and one loop has one
+    shared-memory ring. (Picked by a branch inside the loop, the loads lost their width; a loop in each
+    branch allocated two rings, which capped the stages at 4.)"""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     n0 = tile * BLOCK_N
@@ -585,8 +587,8 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 
 # The down projections' split: 33 column tiles of 64 at DeepSeek-V3's widths, the model dimension in 8
 # splits, or in 4 with 8 warps for batches over 64, where the 132 programs fill the H100's SMs once.
-# On the H100, L2 flushed: 28.9 us at bs 128 against 33.2 for cuBLAS's two GEMMs and 36.6 in 8 splits;
-# 21.3 us at bs 1 against 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
+# On the H100, L2 flushed: 25.8 us at bs 128 (6 stages; 28.9 with 4) against 33.2 for cuBLAS's two GEMMs;
+# 21.1 us at bs 16; 21.3 at bs 1 against cuBLAS's 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
 DOWN_WIDE = {"splits": 4, "num_warps": 8, "num_stages": 6}   # block_m 128
 # wo through the down kernel, one direct launch instead of cuBLAS's host path, up to this batch: on `decode`
