@@ -587,8 +587,8 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 
 # The down projections' split: 33 column tiles of 64 at DeepSeek-V3's widths, the model dimension in 8
 # splits, or in 4 with 8 warps for batches over 64, where the 132 programs fill the H100's SMs once.
-# On the H100, L2 flushed: 25.8 us at bs 128 (6 stages; 28.9 with 4) against 33.2 for cuBLAS's two GEMMs;
-# 21.1 us at bs 16; 21.3 at bs 1 against cuBLAS's 28.1 (submissions/mla_decode/README.md has the rest of the sweep).
+# On the H100, L2 flushed: 25.8 us at bs 128 (one loop, 6 stages; two loops of 4: 28.9) against 33.2 for
+# cuBLAS's two GEMMs; 21.1 us at bs 16; 21.3 at bs 1 against cuBLAS's 28.1 (README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
 DOWN_WIDE = {"splits": 4, "num_warps": 8, "num_stages": 6}   # block_m 128
 # wo through the down kernel, one direct launch instead of cuBLAS's host path, up to this batch: on `decode`
