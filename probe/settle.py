@@ -43,6 +43,6 @@ for i in range(rounds):
         res = Runner(task, Options(suite="quick", only=("kv8_q32_d64_b256", "kv8_q32_d128_b1", "kv32_q32_d128_b256"),
                                    device="cuda", baseline="none", timeout=120.0, calibrate=True, warmup_ms=5.0, pool=2,
                                    stop=StopRule(noise=0.02, min_samples=10, max_samples=30, budget_s=0.5))).run(
-            ROOT / "tests/fixtures/honest/qknorm" / name)
+            ROOT / "tests/fixtures" / ("hostile/qknorm/" + name[8:] if name.startswith("hostile:") else "honest/qknorm/" + name))
         flags = [(c["case"], c["flags"]) for c in res["cases"] if c["flags"]]
         print(f"   {time.time() - t0:.1f}s flags {flags}", flush=True)
