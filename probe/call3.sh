@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Probe call: the honest corpus's settle gaps, per call and process, run after run; a hostile side stream beside.
+# Probe call: settle gaps and drains of the honest corpus, per call and process; a hostile side stream beside;
+# then the corpora's and the worker's GPU tests on the drain check.
 source bench/gpu_env.sh || exit 1
-{ timeout 140 python3 probe/settle.py torch_compile,torch_eager,several_launches,heavy_host_work 3
+{ timeout 100 python3 probe/settle.py torch_compile,torch_eager,several_launches 2
   timeout 40 python3 probe/settle.py hostile:side_stream_slow 1; } 2>&1 | grep -v Warn | tee $OUT/settle.txt
-timeout 80 python3 -m pytest -q -p no:cacheprovider -m gpu tests/corpora/test_honest.py 2>&1 | tail -4
+timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rA tests/corpora tests/worker 2>&1 | grep -E "^(PASSED|FAILED|ERROR|E )|passed|failed" | tail -50

@@ -24,7 +24,8 @@ def finish(self, case, worst, sub, base, series, *rest):
             f"held {s.held} misses {s.misses}"]
     for p in sorted(set(s.process)):
         g = sorted(round(x * 1e3) for x, q in zip(gaps, s.process) if q == p)
-        line.append(f"   p{p} gaps us {g}")
+        d = sorted(round(x * 1e3, 1) for x, q in zip(s.drain, s.process) if q == p)
+        line.append(f"   p{p} settle-device us {g}\n   p{p} drain us {d}")
     print("\n".join(line), flush=True)
     return orig(self, case, worst, sub, base, series, *rest)
 
