@@ -591,10 +591,10 @@ def values_to_rows(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
 # cuBLAS's two GEMMs; 21.1 us at bs 16; 21.3 at bs 1 against cuBLAS's 28.1 (README.md has the rest of the sweep).
 DOWN = {"block_n": 64, "block_k": 64, "splits": 8, "num_warps": 4, "num_stages": 4}
 DOWN_WIDE = {"splits": 4, "num_warps": 8, "num_stages": 6}   # block_m 128
-# wo through the down kernel, one direct launch instead of cuBLAS's host path, up to this batch: on `decode`
-# kbench's host column 117-144 us against 154-180, device time 0.983x UNSURE (H100). At bs 128 a Triton split-K
-# wo took 116.6 us against cuBLAS's 96.4 (adccc9d).
-WO_DIRECT = {"max_bs": 16, "splits": 8, "num_warps": 4, "num_stages": 4}
+# wo through the down kernel (DOWN's shape), one direct launch instead of cuBLAS's host path, up to this batch:
+# on `decode` kbench's host column 117-144 us against 154-180, device time 0.983x UNSURE (H100). At bs 128 a
+# Triton split-K wo took 116.6 us against cuBLAS's 96.4 (adccc9d).
+WO_DIRECT_MAX_BS = 16
 _COUNTERS: dict = {}
 
 
@@ -671,7 +671,7 @@ class _Lean:
     launched op by op, the call took 0.62-0.87 ms to return. Here: one workspace for every intermediate
     and one buffer for the rows wo reads, allocated on a stream's first call and kept; five launches,
     each a compiled kernel's C launcher fed integers (mla_launch.Direct, DescriptorLauncher), then wo:
-    up to WO_DIRECT's batch a sixth (the down kernel on wo alone), above it cuBLAS. The down kernel is
+    up to WO_DIRECT_MAX_BS a sixth (the down kernel on wo alone), above it cuBLAS. The down kernel is
     launched first, its arguments and constants prepared per layout, so the host work of every later
     step runs while it does. The first call of a layout launches through the JIT (which compiles) on
     views of the same workspace and keeps the launchers. Kept besides: the layout's offsets, its split
@@ -719,12 +719,14 @@ class _Lean:
                         "part": ((d_splits * block_m * self.n_tiles * block_n,), torch.float32)}
         # wo (dim, H * vd) as the down kernel's only weight: y = rows . wo^T in split-K, a fresh y a call.
         self.wo, self.n_tiles_all = None, self.n_tiles
-        if bs <= WO_DIRECT["max_bs"] and dim % 64 == 0 and (H * vd) % (64 * WO_DIRECT["splits"]) == 0:
-            wo_m, wo_tiles, wo_splits = max(16, _next_pow2(bs)), dim // 64, WO_DIRECT["splits"]
+        wo_shape = _down_shape(bs, H * vd, dim) if bs <= WO_DIRECT_MAX_BS else None
+        # only in DOWN's own shape: 64 x 64 tiles, K cut into DOWN's splits evenly
+        if wo_shape is not None and wo_shape[1:4] == (64, 64, DOWN["splits"]) and H * vd == wo_shape[3] * wo_shape[4]:
+            wo_m, wo_n, wo_k, wo_splits, wo_k_split, wo_warps, wo_stages = wo_shape
+            wo_tiles = dim // wo_n
             self.regions["wo_part"] = ((wo_splits * wo_m * dim,), torch.float32)
             self.wo = ((wo_tiles, wo_splits, 1),
-                       (H * vd, dim, 0, dim, wo_splits, H * vd // wo_splits, wo_m, 64, 64, False),
-                       (WO_DIRECT["num_warps"], WO_DIRECT["num_stages"]))
+                       (H * vd, dim, 0, dim, wo_splits, wo_k_split, wo_m, wo_n, wo_k, False), (wo_warps, wo_stages))
             self.n_tiles_all = max(self.n_tiles, wo_tiles)
         self.offsets, end = {}, 0
         for name, (shape, dtype) in self.regions.items():
