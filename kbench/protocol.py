@@ -138,7 +138,7 @@ def _output(item):
 def _sample(raw) -> Sample | None:
     if not isinstance(raw, dict) or set(raw) != set(Sample.__dataclass_fields__):
         return None
-    numbers = ("device_ms", "settle_ms", "host_ms", "gate_ms", "floor_ms", "sm_mhz")
+    numbers = ("device_ms", "settle_ms", "host_ms", "gate_ms", "floor_ms", "sm_mhz", "drain_ms")
     if not all(type(raw[k]) in (int, float) and math.isfinite(raw[k]) and 0 <= raw[k] < 1e9 for k in numbers):
         return None
     if type(raw["held"]) is not bool or type(raw["misses"]) is not int:
@@ -303,13 +303,14 @@ def receive_untrusted(conn: Connection, timeout: float = 60.0):
 @dataclass(frozen=True)
 class Sample:
     device_ms: float     # start to end event on the caller's stream
-    settle_ms: float     # start event to an event after a device-wide synchronize
+    settle_ms: float     # start event to an event recorded after the drain
     host_ms: float       # host time inside the call
     held: bool           # the whole call was enqueued before the device reached the start event
     gate_ms: float       # gate the call ran behind (0: none)
     misses: int          # earlier tries of this call discarded because the gate was too short
-    floor_ms: float      # settle minus device time of an empty call: the host's reaction time
+    floor_ms: float      # the drain of an empty call on this host
     sm_mhz: float = 0.0  # SM clock while the gate spun just before the call (0: no gate)
+    drain_ms: float = 0.0  # host time of a device-wide synchronize once the end event completed
 
 
 @dataclass(frozen=True)

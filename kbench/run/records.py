@@ -247,11 +247,11 @@ def run_record(task, suite, options, submission: str, calibration: dict, records
 # Each flag fails the run, so each rests on evidence an honest kernel cannot produce
 # (tests/run/test_detectors.py and the honest corpus on the GPU show that it does not).
 
-# The device settling (all streams idle) later than the timed stream's end event, by more
-# than an empty call's gap plus half the call and 0.1 ms, means work ran on a stream the
-# caller never joined. Honest calls on the H100 host showed gaps of 49-65 us over the
-# event time (torch.compile, Triton, several launches, CUDA graphs), above an empty
-# call's: a 30 us slack flagged them. Unjoined work shorter than this goes unflagged.
+# A device-wide synchronize that still waits once the timed stream's end event completed, by
+# more than an empty call's plus max(0.1 ms, half the call), means work ran on a stream the
+# caller never joined (kbench/worker/timer.py, the drain). Unjoined work shorter than this goes
+# unflagged. The slack dates from the settle event's device clock, where honest calls showed
+# 49-65 us past their end event on the H100 host and a 30 us slack flagged them.
 HIDDEN_WORK_SHARE = 0.5
 HIDDEN_WORK_SLACK_MS = 0.1
 # A measured time this far under the case's physical floor (bytes / copy bandwidth, flops /
@@ -267,9 +267,11 @@ def tripwire_flags(report: Report) -> list[str]:
     return flags
 
 
-def hidden_work(device: Summary, settle: Summary, floor_ms: float = 0.0) -> str | None:
-    """``floor_ms``: the settle gap of an empty call on this host (measured by the worker)."""
-    excess = settle.median - device.median - floor_ms
+def hidden_work(device: Summary, drain: Summary, settle: Summary, floor_ms: float = 0.0) -> str | None:
+    """Work on a stream the call never joined back: once the call's end event completed, a
+    device-wide synchronize still waited (``drain``, host ms) longer than an empty call's
+    (``floor_ms``, measured by the worker) by max(0.1 ms, half the call)."""
+    excess = drain.median - floor_ms
     if excess > max(HIDDEN_WORK_SLACK_MS, HIDDEN_WORK_SHARE * device.median):
         return (f"the device settled after {settle.median:.4g} ms but the timed stream after "
                 f"{device.median:.4g} ms: work hidden on another stream; latency taken as the former")

@@ -309,7 +309,8 @@ class Runner:
         pooled = sub_series.pooled(timed, self.processes)
         latency, flags, notes = pooled.summary, [], []
         if self.options.device == "cuda":
-            hidden = hidden_work(device, settle, estimates.summarize(sub_series.floor).median)
+            hidden = hidden_work(device, estimates.summarize(sub_series.drain), settle,
+                                 estimates.summarize(sub_series.floor).median)
             if hidden:
                 flags.append(hidden)
                 timed = sub_series.settle

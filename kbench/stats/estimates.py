@@ -243,8 +243,9 @@ class Series:
 
     device: list[float] = field(default_factory=list)   # event time on the caller's stream
     settle: list[float] = field(default_factory=list)   # start event to all streams idle
+    drain: list[float] = field(default_factory=list)    # host wait for other streams once the call's ended
     host: list[float] = field(default_factory=list)     # host time inside the call
-    floor: list[float] = field(default_factory=list)    # an empty call's settle gap
+    floor: list[float] = field(default_factory=list)    # an empty call's drain
     gate: list[float] = field(default_factory=list)     # the gate each call ran behind
     clock: list[float] = field(default_factory=list)    # SM clock (MHz) in each call's gate, if it had one
     process: list[int] = field(default_factory=list)    # which of the target's processes timed it
@@ -257,6 +258,7 @@ class Series:
         self.process.append(process)
         self.device.append(sample.device_ms)
         self.settle.append(sample.settle_ms)
+        self.drain.append(sample.drain_ms)
         self.host.append(sample.host_ms)
         self.floor.append(sample.floor_ms)
         self.gate.append(sample.gate_ms)

@@ -19,7 +19,8 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
     lead-in: 0-8 tiny kernels (random count)               |
     start event; call(); end event                         |
     held = start has not run yet                           v
-    synchronize (all streams); settle event; synchronize
+    wait for the end event; drain: a synchronize of all streams, timed on the host;
+    settle event; synchronize
 
 - The gate makes the event window the device's time whatever the host's speed:
   everything up to the end event is enqueued before the device reaches the start event.
@@ -53,6 +54,11 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
   launches (flashinfer's rmsnorm: two 2.5-us kernels) ran directly behind the flush at one
   of two speeds 1 us apart, fixed per process and case (7.1 or 8.1 us); behind a random
   0-8 tiny kernels it runs at the fast one in every process (docs/measurement.md).
+- The drain looks for work the call left on a stream it never joined back: once the end event
+  has completed, a device-wide synchronize waits for that work alone, so its host time is near
+  an empty call's (``drain_floor_ms``) for an honest call however late the host is. The settle
+  event, recorded after it, measured the same thing on the device clock, and there a host late
+  to the end event reads as hidden work: an honest eager call once showed 0.22 ms of it.
 - The submission never touches the parent's tensors: it gets fresh storages; afterwards
   they are copied back (so the parent sees in-place updates and can check the inputs
   unchanged) and an output that shares memory with an input is returned as a reference.
@@ -113,6 +119,7 @@ class CallTimer:
             self.event = torch.cuda.Event
             self.record = torch.cuda.Event.record
             self.query = torch.cuda.Event.query
+            self.wait = torch.cuda.Event.synchronize
             self.elapsed = torch.cuda.Event.elapsed_time
             self.spin = torch.cuda._sleep
             from kbench.worker.between_calls import Interlude, release_persisting
@@ -125,7 +132,7 @@ class CallTimer:
             self.interlude = Interlude(device)
             self._flush_l2()   # compiles release_persisting's kernels before any submission is imported
             self.cycles_per_ms = self._spin_rate()
-            self.settle_floor_ms = self._settle_floor()
+            self.drain_floor_ms = self._drain_floor()
 
     # -- pieces -------------------------------------------------------------------------
     def _spin_rate(self) -> float:
@@ -139,20 +146,24 @@ class CallTimer:
         self.sync()
         return cycles / max(self.elapsed(start, end), 1e-3)
 
-    def _settle_floor(self) -> float:
-        """The settle-minus-device gap of a call that does nothing (median of 9): what an
-        honest call shows on this host, for the parent's hidden-work check."""
-        gaps = []
+    def _drain_floor(self) -> float:
+        """The drain of a call that does nothing (median of 9): what an honest call shows on this
+        host, for the parent's hidden-work check."""
+        drains = []
         for _ in range(9):
-            start, end, done = self._events()
+            start, end, _ = self._events()
             self.record(start)
             self.record(end)
-            self.query(start)
-            self.sync()
-            self.record(done)
-            self.sync()
-            gaps.append(self.elapsed(start, done) - self.elapsed(start, end))
-        return sorted(gaps)[len(gaps) // 2]
+            drains.append(self._drain(end))
+        return sorted(drains)[len(drains) // 2]
+
+    def _drain(self, end) -> float:
+        """Host ms of a device-wide synchronize once ``end`` has completed: it waits only for work
+        on streams the caller's stream never waited for."""
+        self.wait(end)
+        t0 = self.clock()
+        self.sync()
+        return (self.clock() - t0) * 1e3
 
     def _pad(self) -> int:
         """A random shift, in bytes, for a buffer's placement (multiples of 512 bytes, the
@@ -287,7 +298,7 @@ class CallTimer:
         self.copy_back(pairs)
         self.sync()
         return snap, Sample(sample.device_ms, sample.settle_ms, sample.host_ms, sample.held,
-                            sample.gate_ms, misses, sample.floor_ms, sample.sm_mhz)
+                            sample.gate_ms, misses, sample.floor_ms, sample.sm_mhz, sample.drain_ms)
 
     def _events(self):
         return tuple(self.event(enable_timing=True) for _ in range(3))
@@ -307,7 +318,7 @@ class CallTimer:
 
     def _finish(self, start, end, done, host, gate):
         held = not self.query(start)
-        self.sync()          # device-wide: work left on other streams is waited for here
+        drain = self._drain(end)   # device-wide: work left on other streams is waited for here
         self.record(done)
         self.sync()
         gate_ms, spin = gate
@@ -316,7 +327,7 @@ class CallTimer:
             spun_ms = self.elapsed(spin[0], spin[1])
             mhz = spin[2] / spun_ms / 1e3 if spun_ms > 0 else 0.0
         return Sample(self.elapsed(start, end), self.elapsed(start, done), host, held, gate_ms, 0,
-                      self.settle_floor_ms, mhz)
+                      self.drain_floor_ms, mhz, drain)
 
     def _prime(self, invoke) -> None:
         """The previous call of the same function again before the gate, on its own inputs

@@ -11,7 +11,7 @@ from kbench.tasks.task import get_task
 from tests.helpers import FIXTURES
 
 SAMPLE = {"device_ms": 1.0, "settle_ms": 1.1, "host_ms": 0.01, "held": True, "gate_ms": 0.5, "misses": 0,
-          "floor_ms": 0.03, "sm_mhz": 1980.0}
+          "floor_ms": 0.003, "sm_mhz": 1980.0, "drain_ms": 0.004}
 
 
 def test_a_well_formed_timed_reply_parses():
@@ -25,6 +25,8 @@ def test_a_well_formed_timed_reply_parses():
     None, ("ok", [], None), {"kind": "done", "outputs": [1.0], "sample": SAMPLE},
     {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, device_ms=float("nan"))},
     {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, device_ms=-1.0)},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, drain_ms=float("inf"))},
+    {"kind": "done", "outputs": [torch.zeros(1)], "sample": {k: v for k, v in SAMPLE.items() if k != "drain_ms"}},
     {"kind": "done", "outputs": [torch.zeros(1)], "sample": dict(SAMPLE, extra=1)},
     {"kind": "done", "outputs": [torch.zeros(1)], "sample": None},
     {"kind": "done", "outputs": [{"ref": "q", "dtype": "os.system", "offset": 0, "shape": [1], "stride": [1]}],

@@ -1,7 +1,10 @@
 """The per-call timer on CPU (kbench/worker/timer.py): outputs that alias an input come back by
 reference, the live inputs keep their views, the gate grows until a call is held and gives up on
-calls that wait for the device, and each call is primed and preceded by a model's other work.
-On a CUDA device (GPU tests marked): that other work on the card, never inside the timed window."""
+calls that wait for the device, each call is primed and preceded by a model's other work, and the
+drain counts work left on another stream, not a late host. On a CUDA device (GPU tests marked):
+that other work on the card, never inside the timed window; the drain on real streams."""
+import time
+
 import pytest
 import torch
 
@@ -87,7 +90,8 @@ class _FakeEvents(CallTimer):
         self.cuda, self.device_ms = True, device_ms
         self.sync = lambda: None
         self.spin = lambda cycles: None
-        self.cycles_per_ms, self.settle_floor_ms = 1.0, 0.0
+        self.cycles_per_ms, self.drain_floor_ms = 1.0, 0.0
+        self.wait = lambda event: None
         self.flush = lambda: None
         self.lead_in_buf = torch.empty(64)
         self.event = lambda enable_timing=True: object()
@@ -189,6 +193,43 @@ def test_a_long_call_is_not_primed():
     assert seen == [1.0, 2.0, 3.0]
 
 
+class _FakeClock:
+    """The host's clock, advanced only by the fakes below: a timing test that cannot flake."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def spend(self, ms):
+        self.now += ms / 1e3
+
+
+@pytest.mark.parametrize("late_host_ms, busy_stream_ms, drain_ms", [
+    (0.0, 0.0, 0.0),     # an honest call, the host on time
+    (0.3, 0.0, 0.0),     # an honest call, the host 0.3 ms late to its end event: no drain
+    (0.0, 2.0, 2.0),     # a side stream still busy 2 ms after the end event: all of it drains
+    (0.5, 2.0, 1.5),     # the same, seen by a late host: what is left of it
+])
+def test_the_drain_is_what_a_synchronize_waits_for_once_the_call_has_ended(late_host_ms, busy_stream_ms, drain_ms):
+    timer, clock = _FakeEvents(device_ms=0.01), _FakeClock()
+    timer.clock = clock
+    side_left = []
+
+    def wait(event):   # the end event: the host sees it complete late_host_ms after the device did
+        clock.spend(late_host_ms)
+        side_left.append(max(0.0, busy_stream_ms - late_host_ms))
+
+    def sync():        # a device-wide synchronize waits for the side stream's rest, once
+        clock.spend(side_left.pop() if side_left else 0.0)
+
+    timer.wait, timer.sync = wait, sync
+    _, sample = timer.timed(lambda a: (a["x"] + 1,), lambda live: live, {"x": torch.zeros(2)})
+    assert sample.drain_ms == pytest.approx(drain_ms)
+    assert sample.floor_ms == timer.drain_floor_ms
+
+
 @pytest.mark.gpu
 def test_the_interlude_runs_before_every_call_and_is_never_timed():
     timer = CallTimer("cuda", flush_bytes("cuda"))
@@ -206,3 +247,32 @@ def test_the_interlude_runs_before_every_call_and_is_never_timed():
     assert torch.isfinite(timer.interlude.out).all()
     # A one-element add is a few microseconds; the layer is tens of them.
     assert max(s.device_ms for s in samples) < alone_ms / 2, (alone_ms, [s.device_ms for s in samples])
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_side_stream_left_busy_drains_and_a_late_host_does_not():
+    timer = CallTimer("cuda", flush_bytes("cuda"))
+    side = torch.cuda.Stream()
+
+    def honest(args):
+        return (args["x"] + 1,)
+
+    def hides(args):   # the answer on the caller's stream, 2 ms of other work left on a side stream
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(int(2 * timer.cycles_per_ms))
+        return (args["x"] + 1,)
+
+    def drains(fn, calls=7):
+        samples = [timer.timed(fn, lambda live: live, {"x": torch.ones(4, device="cuda")})[1]
+                   for _ in range(calls)]
+        return sorted(s.drain_ms for s in samples)[calls // 2], samples
+
+    honest_ms, _ = drains(honest)
+    hidden_ms, _ = drains(hides)
+    assert honest_ms < timer.drain_floor_ms + 0.1 < 1.0 < hidden_ms, (honest_ms, timer.drain_floor_ms, hidden_ms)
+    wait = timer.wait   # a host that sees the end event 1 ms late: the settle event counts it, the drain not
+    timer.wait = lambda event: (wait(event), time.sleep(1e-3))
+    late_ms, samples = drains(honest)
+    assert late_ms < timer.drain_floor_ms + 0.1, late_ms
+    assert min(s.settle_ms - s.device_ms for s in samples) > 0.9
