@@ -123,3 +123,23 @@ def test_the_product_never_speaks_of_its_making(where):
             for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
             for m in [WORDS.search(line)] if m]
     assert hits == []
+
+
+# A page and, in quotes, the heading or bold lead of the part cited: docs/measurement.md, "The gate".
+CITATION = re.compile(r'((?:docs/[\w-]+|README)\.md),? "([^"\n]+)"')
+
+
+def test_every_cited_part_of_a_page_is_on_that_page():
+    """A page regenerated or rewritten must not leave code and docs pointing at a part it lost."""
+    files = [p for where in ("README.md", "docs", "bench", "kbench", "submissions")
+             for p in ([ROOT / where] if (ROOT / where).is_file() else sorted((ROOT / where).rglob("*")))
+             if p.is_file() and p.suffix in (".md", ".py", ".sh")]
+    missing = []
+    for path in files:
+        for m in CITATION.finditer(path.read_text(errors="replace")):
+            page = ROOT / m.group(1)
+            lines = page.read_text().lower().splitlines() if page.is_file() else []
+            parts = [line for line in lines if line.startswith("#") or line.lstrip("- ").startswith("**")]
+            if not any(m.group(2).lower() in part for part in parts):
+                missing.append(f"{path.relative_to(ROOT)}: {m.group(1)}, {m.group(2)!r}")
+    assert missing == []

@@ -11,7 +11,7 @@ with a transformer layer, FlexAttention or a small reduction between. What the p
 the kernel's own code, still cached: a kernel between with a lot of code takes most of it away
 (a Triton kernel with 36 KB of instructions on 4 SMs, no shared memory), one with little code
 almost none (3 KB; cuBLAS's GEMM, a layer norm, a GELU). FlexAttention, flashinfer, the qknorm and
-mla_decode kernels moved 0-2% (docs/measurement.md, "What a call's own previous call leaves").
+mla_decode kernels moved 0-2% (docs/measurement.md, "What runs between calls").
 So every call now starts after this: one transformer layer without its attention, captured once
 in a CUDA graph and replayed before the gate, untimed.
 

@@ -48,7 +48,7 @@ Per call on a CUDA device (docs/measurement.md has the reasons):
 - The interlude puts a model's other work between the primer and the call, so a call never
   starts in the state its own previous call left: one kernel ran 9-12% faster in that state
   than after any other sizable kernel, and than inside a stack of transformer layers
-  (kbench/worker/between_calls.py; docs/measurement.md, "What a call's own previous call leaves").
+  (kbench/worker/between_calls.py; docs/measurement.md, "What runs between calls").
 - The lead-in puts the call behind short kernels, as a model's previous kernels would be,
   instead of directly behind the 80-us flush. On the H100, a call made of a few short
   launches (flashinfer's rmsnorm: two 2.5-us kernels) ran directly behind the flush at one
