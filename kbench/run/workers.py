@@ -263,8 +263,9 @@ def worker_entry(conn, log_path: str, env: dict) -> None:
 #
 # Measured on one H200 (docs/measurement.md, "Another CUDA context after the workers' own"): a
 # process whose CUDA context was the last made on the GPU read qknorm's flashinfer baseline 2.6-4.3%
-# slower, and its bundled kernel 1.1-5.1% slower, until another process made a context there. Even one that exited at
-# once did it, and the process read the faster figure for the rest of its life; waiting did not.
+# slower, and its bundled kernel 1.1-5.1% slower, until another process made a context there. Even
+# one that exited at once did it, and the process read the faster figure for the rest of its life;
+# waiting did not.
 # The context this module makes does it as a torch process's did.
 # The driver's mechanism is unknown. Which of a run's contexts came last (a worker's, the parent's)
 # was an accident of start-up order, so before a case's timed calls, when one of its workers
