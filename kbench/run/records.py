@@ -274,7 +274,9 @@ def hidden_work(device: Summary, drain: Summary, settle: Summary, floor_ms: floa
     excess = drain.median - floor_ms
     if excess > max(HIDDEN_WORK_SLACK_MS, HIDDEN_WORK_SHARE * device.median):
         return (f"the device settled after {settle.median:.4g} ms but the timed stream after "
-                f"{device.median:.4g} ms: work hidden on another stream; latency taken as the former")
+                f"{device.median:.4g} ms (a synchronize still waited {drain.median:.4g} ms once the call "
+                f"had ended, {floor_ms:.4g} ms after an empty call): work hidden on another stream; "
+                f"latency taken as the former")
     return None
 
 

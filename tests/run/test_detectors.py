@@ -13,6 +13,7 @@ def test_work_left_on_another_stream_is_flagged_and_an_honest_drain_is_not():
     assert records_mod.hidden_work(device, honest, settle, floor_ms=0.003) is None
     flag = records_mod.hidden_work(device, hidden, settle, floor_ms=0.003)
     assert "work hidden on another stream" in flag and "settled after 0.3 ms" in flag
+    assert "waited 2 ms once the call had ended, 0.003 ms after an empty call" in flag
     # The slack: 0.1 ms over the floor for a short call, half the call for a long one.
     assert records_mod.hidden_work(device, summarize([0.003 + 0.09] * 20), settle, 0.003) is None
     assert "work hidden" in records_mod.hidden_work(device, summarize([0.003 + 0.11] * 20), settle, 0.003)
