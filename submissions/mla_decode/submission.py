@@ -720,8 +720,9 @@ class _Lean:
         # wo (dim, H * vd) as the down kernel's only weight: y = rows . wo^T in split-K, a fresh y a call.
         self.wo, self.n_tiles_all = None, self.n_tiles
         wo_shape = _down_shape(bs, H * vd, dim) if bs <= WO_DIRECT_MAX_BS else None
-        # only in DOWN's own shape: 64 x 64 tiles, K cut into DOWN's splits evenly
-        if wo_shape is not None and wo_shape[1:4] == (64, 64, DOWN["splits"]) and H * vd == wo_shape[3] * wo_shape[4]:
+        # only in DOWN's own shape: its tiles, K cut into its splits evenly
+        down_own = (DOWN["block_n"], DOWN["block_k"], DOWN["splits"])
+        if wo_shape is not None and wo_shape[1:4] == down_own and H * vd == wo_shape[3] * wo_shape[4]:
             wo_m, wo_n, wo_k, wo_splits, wo_k_split, wo_warps, wo_stages = wo_shape
             wo_tiles = dim // wo_n
             self.regions["wo_part"] = ((wo_splits * wo_m * dim,), torch.float32)
